@@ -1,0 +1,214 @@
+//! Plain data types of the Raft core: entries, messages, states, the ready batch.
+//!
+//! This file is the API contract the simulator and the node are written against.
+
+/// A replica's identity. `0` is never a valid id ("none").
+pub type NodeId = u64;
+/// A Raft term.
+pub type Term = u64;
+/// A log index. The first entry has index 1; index 0 is "before the log".
+pub type Index = u64;
+
+/// What an entry carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    /// Application data; empty data is a no-op (the leader's election entry, a heartbeat).
+    Normal,
+    /// A membership change; `data` is an encoded [`ConfChange`] (see `ConfChange::encode`).
+    ConfChange,
+}
+
+/// One log entry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Entry {
+    pub term: Term,
+    pub index: Index,
+    pub kind: EntryKind,
+    pub data: Vec<u8>,
+}
+
+/// The state that must be persisted before messages of the same ready batch are sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HardState {
+    pub term: Term,
+    /// Candidate voted for in `term`, 0 for none.
+    pub vote: NodeId,
+    pub commit: Index,
+}
+
+/// The membership of the group. Changes are one server at a time (see `docs/membership.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ConfState {
+    /// Voting members, sorted.
+    pub voters: Vec<NodeId>,
+    /// Non-voting members that receive the log, sorted.
+    pub learners: Vec<NodeId>,
+}
+
+/// A single-server membership change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConfChange {
+    AddLearner(NodeId),
+    /// Promote a learner (or add directly) as a voter.
+    AddVoter(NodeId),
+    /// Remove a voter or learner (the leader may remove itself).
+    Remove(NodeId),
+}
+
+/// Metadata of a snapshot: the state covers the log up to and including `index`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnapshotMeta {
+    pub index: Index,
+    pub term: Term,
+    pub conf: ConfState,
+}
+
+/// A state-machine snapshot with its metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Snapshot {
+    pub meta: SnapshotMeta,
+    pub data: Vec<u8>,
+}
+
+/// Why a campaign is run; carried on vote requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CampaignKind {
+    /// An ordinary election after an election timeout (preceded by pre-vote if enabled).
+    Election,
+    /// Leader transfer or a leader re-electing itself after a data-plane deviation:
+    /// voters grant without the check-quorum lease test.
+    Forced,
+    /// The paper's RequestVoteFPGA: a forced election whose granting voters, if their log ends
+    /// exactly where the candidate's does, enable their data plane for the new term.
+    Accelerate,
+}
+
+/// A message between replicas. `term == 0` only on messages that carry no term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub term: Term,
+    pub body: MessageBody,
+}
+
+/// The message kinds of the control plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MessageBody {
+    PreVote { last_index: Index, last_term: Term },
+    PreVoteResponse { reject: bool },
+    Vote { last_index: Index, last_term: Term, kind: CampaignKind },
+    /// `accelerated`: the voter granted and enabled its data plane for this term.
+    VoteResponse { reject: bool, accelerated: bool },
+    Append { prev_index: Index, prev_term: Term, entries: Vec<Entry>, commit: Index },
+    /// Success: `index` is the follower's new match index. Reject: `index` is the rejected
+    /// `prev_index`, `hint_index`/`hint_term` let the leader skip back (fast backtracking).
+    /// `recovering`: the sender restarted without its log and may not vote yet.
+    AppendResponse { reject: bool, index: Index, hint_index: Index, hint_term: Term, recovering: bool },
+    /// Leader heartbeat; `context` is non-empty when it confirms a ReadIndex round.
+    Heartbeat { commit: Index, context: Vec<u8> },
+    HeartbeatResponse { context: Vec<u8> },
+    InstallSnapshot { snapshot: Snapshot },
+    /// Leader transfer: campaign now, forced.
+    TimeoutNow,
+    /// A follower forwarding a ReadIndex request to the leader.
+    ReadIndex { context: Vec<u8> },
+    ReadIndexResponse { context: Vec<u8>, index: Index },
+}
+
+/// The role of a replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Follower,
+    PreCandidate,
+    Candidate,
+    Leader,
+    /// A replica that restarted without its log (durability `memory`): it follows, acknowledges,
+    /// but does not vote or campaign until it has caught up with a leader of the current term.
+    Recovering,
+}
+
+/// Volatile state reported when it changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SoftState {
+    pub leader: NodeId,
+    pub role: Role,
+}
+
+/// A read that is safe to serve once the applied index reaches `index`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadState {
+    pub index: Index,
+    pub context: Vec<u8>,
+}
+
+/// Why the data plane is (being) disabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DisableReason {
+    /// The data plane saw a term other than its own.
+    TermMismatch,
+    /// The data plane saw an append whose previous index/term does not match.
+    LogMismatch,
+    /// A follower rejected an append (leader side).
+    RejectReceived,
+    /// A gap was not filled by retransmission within the bound.
+    RetransmitExhausted,
+    /// The software election timer fired (follower) or check-quorum failed (leader).
+    ElectionTimeout,
+    /// A membership change was proposed.
+    MembershipChange,
+    /// A follower needs a snapshot.
+    SnapshotNeeded,
+    /// Leader transfer was requested.
+    LeaderTransfer,
+    /// The software received a message of a new term, or a software append in the enabled term.
+    NewTerm,
+    /// The host asked (shutdown, operator).
+    Host,
+}
+
+/// The registers the core hands to the data plane on enable and reads back on disable
+/// (the paper's CSRs, Appendix C).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DataPlaneRegisters {
+    pub self_id: NodeId,
+    pub leader_id: NodeId,
+    pub is_leader: bool,
+    pub term: Term,
+    pub last_index: Index,
+    pub last_term: Term,
+    pub commit_index: Index,
+    /// First index of the enabled term; the data plane counts commits only from here.
+    pub term_start_index: Index,
+    /// Every voter (self included) with its match index, sorted by id.
+    pub match_index: Vec<(NodeId, Index)>,
+    /// Followers acknowledge only after the host persisted (durability `fsync`).
+    pub defer_ack: bool,
+}
+
+/// What the core asks the host to do with the data plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataPlaneCommand {
+    /// Load the registers and set the enable flag before sending this ready's messages.
+    Enable(DataPlaneRegisters),
+    /// Clear the enable flag, wait until idle, drain the ring into the core, then call
+    /// `Raft::dataplane_disabled` with the registers read back.
+    Disable(DisableReason),
+}
+
+/// Everything the host must do after a step: persist, send, apply, drive the data plane.
+///
+/// Order: (1) apply `dataplane` Disable/Enable, (2) persist `snapshot`, `entries` (entries
+/// overwrite any stored entry at the same or a higher index) and `hard_state`, (3) send
+/// `messages`, (4) apply `committed_entries`, then call `Raft::advance`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    pub soft_state: Option<SoftState>,
+    pub hard_state: Option<HardState>,
+    pub snapshot: Option<Snapshot>,
+    pub entries: Vec<Entry>,
+    pub messages: Vec<Message>,
+    pub committed_entries: Vec<Entry>,
+    pub read_states: Vec<ReadState>,
+    pub dataplane: Option<DataPlaneCommand>,
+}
