@@ -1,0 +1,39 @@
+# Waverunner: the two commands a newcomer runs are `make run` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+# Seeds per (nodes, durability) configuration that `make test` simulates.
+SIM_SEEDS ?= 1..500
+
+.PHONY: run test deps build lint unit sim-test soak
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --release --bin waverunner
+
+## The main job (for now): a simulated 3- and 5-replica cluster with faults and data-plane hand-offs.
+run: build
+	target/release/waverunner sim --seeds 1..100 --nodes 3 --durability memory --verbose
+	target/release/waverunner sim --seeds 1..100 --nodes 5 --durability fsync
+
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit: deps
+	$(CARGO) test --workspace
+
+sim-test: build
+	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 3 --durability memory
+	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 3 --durability fsync
+	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 5 --durability memory
+	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 5 --durability fsync
+
+## Every test: formatting, lints, unit and integration tests, the simulator.
+test: lint unit sim-test
+
+## A long soak of the simulator (not part of CI).
+soak: build
+	for n in 3 5; do for d in memory fsync; do \
+	  target/release/waverunner sim --seeds 1..50000 --nodes $$n --durability $$d || exit 1; done; done
