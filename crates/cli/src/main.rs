@@ -1,1 +1,176 @@
-fn main() {}
+//! `waverunner`: the one binary of Waverunner.
+//!
+//! Today it has the deterministic simulator (`waverunner sim`); the node, the local cluster,
+//! status, kv, chaos and bench commands come with the issues that build them.
+
+use std::ops::Range;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use waverunner_sim::{run_seeds, Durability, SimOptions};
+
+#[derive(Parser)]
+#[command(name = "waverunner", version, about = "Linearizable replicated key-value service on Raft with an XDP fast path")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the deterministic simulator over a range of seeds; exits non-zero on any violation.
+    Sim(SimArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DurabilityArg {
+    Memory,
+    Fsync,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(clap::Args)]
+struct SimArgs {
+    /// Seeds to run, as A..B (B excluded) or a single seed N.
+    #[arg(long, value_parser = parse_seeds, default_value = "1..101")]
+    seeds: Range<u64>,
+    /// Replicas in the simulated cluster.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    nodes: u64,
+    /// What a crash keeps: `memory` loses the log (term and vote survive), `fsync` keeps it.
+    #[arg(long, value_enum, default_value = "memory")]
+    durability: DurabilityArg,
+    /// Whether replicas hand replication to the simulated data plane (the real C handler).
+    #[arg(long, value_enum, default_value = "on")]
+    dataplane: OnOff,
+    /// Simulated milliseconds of faults per seed.
+    #[arg(long, default_value_t = 1_500)]
+    fault_ms: u64,
+    /// Simulated milliseconds allowed for recovery after the faults heal.
+    #[arg(long, default_value_t = 3_000)]
+    heal_ms: u64,
+    /// Worker threads (default: the number of CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one line per seed.
+    #[arg(long)]
+    verbose: bool,
+}
+
+fn parse_seeds(s: &str) -> Result<Range<u64>, String> {
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{x}` is not a seed number; write seeds as A..B or N"))
+    };
+    match s.split_once("..") {
+        Some((a, b)) => {
+            let (a, b) = (num(a)?, num(b)?);
+            if b <= a {
+                return Err(format!("empty seed range {a}..{b}: the end is excluded, so write {a}..{}", a + 1));
+            }
+            Ok(a..b)
+        }
+        None => {
+            let n = num(s)?;
+            Ok(n..n + 1)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Sim(a) => sim(a),
+    }
+}
+
+fn sim(a: SimArgs) -> ExitCode {
+    let durability = match a.durability {
+        DurabilityArg::Memory => Durability::Memory,
+        DurabilityArg::Fsync => Durability::Fsync,
+    };
+    let opts = SimOptions {
+        nodes: a.nodes as usize,
+        durability,
+        dataplane: matches!(a.dataplane, OnOff::On),
+        fault_ms: a.fault_ms,
+        heal_ms: a.heal_ms,
+    };
+    let dname = match a.durability {
+        DurabilityArg::Memory => "memory",
+        DurabilityArg::Fsync => "fsync",
+    };
+    let dp = match a.dataplane {
+        OnOff::On => "on",
+        OnOff::Off => "off",
+    };
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let started = std::time::Instant::now();
+    let done = AtomicU64::new(0);
+    let verbose = a.verbose;
+    let reports = run_seeds(a.seeds.clone(), &opts, threads, &|r| {
+        done.fetch_add(1, Ordering::Relaxed);
+        if verbose {
+            let s = &r.stats;
+            println!(
+                "seed={} violations={} events={} writes={}/{} (data plane {}) term={} dp_enables={} dp_disables={} crashes={} lost_logs={} partitions={} membership={} transfers={} snapshots={}",
+                r.seed, r.violations.len(), s.events, s.writes_acked, s.writes_sent, s.writes_acked_by_dataplane,
+                s.max_term, s.dataplane_enables, s.dataplane_disables, s.crashes, s.lost_logs, s.partitions,
+                s.membership_changes, s.transfers, s.snapshots_installed
+            );
+        }
+    });
+    let mut violations = 0;
+    let mut total = waverunner_sim::Stats::default();
+    for r in &reports {
+        let s = &r.stats;
+        total.events += s.events;
+        total.writes_sent += s.writes_sent;
+        total.writes_acked += s.writes_acked;
+        total.writes_acked_by_dataplane += s.writes_acked_by_dataplane;
+        total.dataplane_enables += s.dataplane_enables;
+        total.dataplane_disables += s.dataplane_disables;
+        total.crashes += s.crashes;
+        total.lost_logs += s.lost_logs;
+        total.pauses += s.pauses;
+        total.partitions += s.partitions;
+        total.loss_bursts += s.loss_bursts;
+        total.membership_changes += s.membership_changes;
+        total.transfers += s.transfers;
+        total.snapshots_installed += s.snapshots_installed;
+        total.retransmissions += s.retransmissions;
+        if !r.violations.is_empty() {
+            violations += 1;
+            eprintln!("seed {} FAILED:", r.seed);
+            for v in &r.violations {
+                eprintln!("  {v}");
+            }
+            eprintln!(
+                "  reproduce: waverunner sim --seeds {} --nodes {} --durability {dname} --dataplane {dp} --fault-ms {} --heal-ms {}",
+                r.seed, a.nodes, a.fault_ms, a.heal_ms
+            );
+        }
+    }
+    println!(
+        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} snapshots installed, {} retransmitted entries",
+        reports.len(), a.nodes, started.elapsed().as_secs_f64(), total.events, total.writes_acked, total.writes_sent,
+        total.writes_acked_by_dataplane, total.dataplane_enables, total.dataplane_disables, total.crashes, total.lost_logs,
+        total.pauses, total.partitions, total.loss_bursts, total.membership_changes, total.transfers,
+        total.snapshots_installed, total.retransmissions
+    );
+    println!("seeds={} violations={violations}", reports.len());
+    if violations > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

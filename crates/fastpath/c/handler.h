@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The Waverunner fast-path protocol handler: the paper's Figure 4 ("Pseudocode
+ * of the hardware accelerator"), refined as docs/interfaces.md §2 specifies.
+ *
+ * fp_handle() is a pure function of (registers, decoded header): it writes
+ * only `*r` and `*out`, allocates nothing and loops at most FP_MAX_NODES times
+ * (twice nested in fp_try_commit), so the very same code is included by the
+ * XDP program, and, through the out-of-line wrapper in handler.c, called by
+ * the user-space data plane and the simulator via Rust FFI.
+ *
+ * The handler never reads the payload; the caller carries it along as the
+ * actions say (RING_ENTRY, BROADCAST).
+ */
+#ifndef WAVERUNNER_FP_HANDLER_H
+#define WAVERUNNER_FP_HANDLER_H
+
+#include "types.h"
+#include "wire.h"
+#include "registers.h"
+
+/* fp_out.actions bits. */
+#define FP_ACT_RING_ENTRY 1    /* put (entry_index, entry_term, in.flags, in.from, in.seq, payload) on the log ring */
+#define FP_ACT_RING_COMMIT 2   /* put a commit record commit_index on the ring */
+#define FP_ACT_BROADCAST 4     /* send msg (+ input payload) to every voter but self */
+#define FP_ACT_REPLY 8         /* send msg (no payload) back to the input's sender */
+#define FP_ACT_CLIENT_REPLY 16 /* entry reply_index just committed: reply to its client if a blind write */
+#define FP_ACT_TO_HOST 32      /* pass the input to host software untouched */
+#define FP_ACT_DROP 64         /* drop the input */
+#define FP_ACT_HALT 128        /* handler cleared `enabled`, set halt_reason: notify the host */
+
+struct fp_out {
+	__u32 actions;
+	__u32 halt_reason;
+	__u64 entry_index, entry_term; /* FP_ACT_RING_ENTRY */
+	__u64 commit_index;            /* FP_ACT_RING_COMMIT */
+	__u64 reply_index;             /* FP_ACT_CLIENT_REPLY */
+	struct fp_hdr msg;             /* FP_ACT_REPLY / FP_ACT_BROADCAST */
+};
+
+_Static_assert(sizeof(struct fp_out) == 104, "fp_out is 104 bytes");
+_Static_assert(FP_OFFSETOF(struct fp_out, actions) == 0, "actions");
+_Static_assert(FP_OFFSETOF(struct fp_out, halt_reason) == 4, "halt_reason");
+_Static_assert(FP_OFFSETOF(struct fp_out, entry_index) == 8, "entry_index");
+_Static_assert(FP_OFFSETOF(struct fp_out, entry_term) == 16, "entry_term");
+_Static_assert(FP_OFFSETOF(struct fp_out, commit_index) == 24, "commit_index");
+_Static_assert(FP_OFFSETOF(struct fp_out, reply_index) == 32, "reply_index");
+_Static_assert(FP_OFFSETOF(struct fp_out, msg) == 40, "msg");
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static __always_inline void fp_out_zero(struct fp_out *out)
+{
+	__builtin_memset(out, 0, sizeof(*out));
+}
+
+/* A deviation: clear ACC_ENABLE, record why, tell the host. */
+static __always_inline void fp_halt(struct fp_registers *r, struct fp_out *out,
+				    __u32 reason)
+{
+	r->enabled = 0;
+	r->halt_reason = reason;
+	out->halt_reason = reason;
+	out->actions |= FP_ACT_HALT;
+}
+
+/* A header of `type` from this node: magic, version, group, term, from = self. */
+static __always_inline void fp_msg_init(const struct fp_registers *r,
+					struct fp_hdr *m, __u8 type)
+{
+	__builtin_memset(m, 0, sizeof(*m));
+	m->magic = FP_MAGIC;
+	m->version = FP_VERSION;
+	m->type = type;
+	m->group_id = (__u32)r->group_id;
+	m->term = r->term;
+	m->from = r->self_id;
+}
+
+/*
+ * Leader commit rule (Fig. 4 l.37-41, Raft §5.3/§5.4.2): c = the largest
+ * match_index value m such that at least `quorum` voters have match >= m.
+ * Commit it if it advances commit_index, lies in the enabled term
+ * (c >= term_start_index) and does not exceed last_index. O(n^2), n <= 8.
+ * Returns 1 if it committed.
+ */
+static __always_inline int fp_try_commit(struct fp_registers *r,
+					 struct fp_out *out)
+{
+	__u32 n = fp_n_slots(r);
+	__u64 best = 0;
+	int found = 0;
+	__u32 i, j;
+
+	if (r->quorum == 0 || r->quorum > n)
+		return 0; /* misconfigured: never commit */
+	for (i = 0; i < FP_MAX_NODES; i++) {
+		__u64 m;
+		__u32 count = 0;
+
+		if (i >= n)
+			break;
+		m = r->match_index[i];
+		for (j = 0; j < FP_MAX_NODES; j++) {
+			if (j >= n)
+				break;
+			if (r->match_index[j] >= m)
+				count++;
+		}
+		if (count >= r->quorum && (!found || m > best)) {
+			best = m;
+			found = 1;
+		}
+	}
+	if (!found || best <= r->commit_index)
+		return 0;
+	if (best < r->term_start_index || best > r->last_index)
+		return 0;
+	r->commit_index = best;
+	out->actions |= FP_ACT_RING_COMMIT | FP_ACT_CLIENT_REPLY;
+	out->commit_index = best;
+	out->reply_index = best;
+	return 1;
+}
+
+/* ---- per-message handlers ------------------------------------------------ */
+
+/* Leader receives a client request (Fig. 4 l.2-12). */
+static __always_inline void fp_on_client_request(struct fp_registers *r,
+						 const struct fp_hdr *in,
+						 struct fp_out *out)
+{
+	__u64 prev_index, prev_term;
+	int self;
+
+	if (!r->is_leader) { /* l.11-12: not ours to order */
+		out->actions = FP_ACT_TO_HOST;
+		return;
+	}
+	prev_index = r->last_index; /* l.4 */
+	prev_term = r->last_term;   /* l.5 */
+	r->last_index++;            /* l.8 */
+	r->last_term = r->term;     /* l.9 */
+	if (!(r->flags & FP_R_DEFER_ACK)) {
+		/* memory durability: the leader's own copy counts at once */
+		self = fp_slot_of(r, r->self_id);
+		if (self >= 0 && self < FP_MAX_NODES)
+			r->match_index[self] = r->last_index;
+	}
+	/* l.6-7: entry to the host's log; l.10: append to all but self */
+	out->actions = FP_ACT_RING_ENTRY | FP_ACT_BROADCAST;
+	out->entry_index = r->last_index;
+	out->entry_term = r->term;
+	fp_msg_init(r, &out->msg, FP_APPEND);
+	out->msg.flags = in->flags;
+	out->msg.len = in->len;
+	out->msg.seq = in->seq;
+	out->msg.index = prev_index;
+	out->msg.log_term = prev_term;
+	out->msg.commit = r->commit_index;
+	fp_try_commit(r, out); /* a 1-voter group commits at once */
+}
+
+/* Follower receives an append whose prev index is beyond its log: a gap (l.19-20). */
+static __always_inline void fp_on_gap(struct fp_registers *r,
+				      struct fp_out *out)
+{
+	if (r->gap_count != 0xffffffffU)
+		r->gap_count++;
+	if (r->retx_requests >= FP_MAX_RETX_REQUESTS) {
+		out->actions = FP_ACT_DROP;
+		fp_halt(r, out, FP_HALT_RETX_EXHAUSTED);
+		return;
+	}
+	if (r->gap_count == 1 || r->gap_count % FP_RETX_EVERY == 0) {
+		r->retx_requests++;
+		out->actions = FP_ACT_REPLY | FP_ACT_DROP;
+		fp_msg_init(r, &out->msg, FP_RETX_REQ);
+		out->msg.index = r->last_index;
+		out->msg.log_term = r->last_term;
+		return;
+	}
+	out->actions = FP_ACT_DROP; /* rate limited */
+}
+
+/* Follower receives an append (Fig. 4 l.15-30). */
+static __always_inline void fp_on_append(struct fp_registers *r,
+					 const struct fp_hdr *in,
+					 struct fp_out *out)
+{
+	__u64 c;
+
+	/* l.16-17: only a follower of the same term; anything else is software's */
+	if (r->is_leader || in->term != r->term) {
+		out->actions = FP_ACT_TO_HOST;
+		fp_halt(r, out, FP_HALT_TERM_MISMATCH);
+		return;
+	}
+	if (in->index > r->last_index) { /* l.19-20 */
+		fp_on_gap(r, out);
+		return;
+	}
+	if (in->index < r->last_index) { /* l.21-22: duplicate */
+		out->actions = FP_ACT_DROP;
+		return;
+	}
+	if (in->log_term != r->last_term) { /* l.18 fails at the tail */
+		out->actions = FP_ACT_TO_HOST;
+		fp_halt(r, out, FP_HALT_LOG_MISMATCH);
+		return;
+	}
+	/* l.24-27: append exactly at the tail */
+	r->last_index++;
+	r->last_term = r->term;
+	r->gap_count = 0;
+	r->retx_requests = 0;
+	out->actions = FP_ACT_RING_ENTRY;
+	out->entry_index = r->last_index;
+	out->entry_term = r->term;
+	/* l.23: commit index from the leader, never past our own log (Raft) */
+	c = in->commit < r->last_index ? in->commit : r->last_index;
+	if (c > r->commit_index) {
+		r->commit_index = c;
+		out->actions |= FP_ACT_RING_COMMIT;
+		out->commit_index = c;
+	}
+	/* l.28: appendOK, unless the host acks after persisting */
+	if (!(r->flags & FP_R_DEFER_ACK)) {
+		out->actions |= FP_ACT_REPLY;
+		fp_msg_init(r, &out->msg, FP_ACK);
+		out->msg.index = r->last_index;
+	}
+}
+
+/* Leader receives an acknowledgement (Fig. 4 l.33-43). */
+static __always_inline void fp_on_ack(struct fp_registers *r,
+				      const struct fp_hdr *in,
+				      struct fp_out *out)
+{
+	int slot;
+
+	if (!r->is_leader) {
+		out->actions = FP_ACT_TO_HOST;
+		return;
+	}
+	if (in->term < r->term) { /* stale: from an earlier term */
+		out->actions = FP_ACT_DROP;
+		return;
+	}
+	if (in->term > r->term) { /* l.48-49 */
+		out->actions = FP_ACT_TO_HOST;
+		fp_halt(r, out, FP_HALT_TERM_MISMATCH);
+		return;
+	}
+	slot = fp_slot_of(r, in->from);
+	if (slot < 0 || slot >= FP_MAX_NODES) { /* not a voter: software's */
+		out->actions = FP_ACT_TO_HOST;
+		return;
+	}
+	if (in->index > r->last_index) { /* acks what we never sent */
+		out->actions = FP_ACT_TO_HOST;
+		fp_halt(r, out, FP_HALT_LOG_MISMATCH);
+		return;
+	}
+	if (in->index <= r->match_index[slot]) { /* l.35: duplicate or reordered */
+		out->actions = FP_ACT_DROP;
+		return;
+	}
+	r->match_index[slot] = in->index; /* l.36 */
+	if (!fp_try_commit(r, out))       /* l.37-47 */
+		out->actions = FP_ACT_DROP;
+}
+
+/*
+ * Handle one decoded fast-path message. Always returns 0; what to do with
+ * the input and what to send is in out->actions.
+ */
+static __always_inline int fp_handle_inline(struct fp_registers *r,
+					    const struct fp_hdr *in,
+					    struct fp_out *out)
+{
+	fp_out_zero(out);
+	if (!r->enabled || (__u64)in->group_id != r->group_id) {
+		out->actions = FP_ACT_TO_HOST;
+		return 0;
+	}
+	switch (in->type) {
+	case FP_CLIENT_REQUEST:
+		fp_on_client_request(r, in, out);
+		break;
+	case FP_APPEND:
+		fp_on_append(r, in, out);
+		break;
+	case FP_ACK:
+		fp_on_ack(r, in, out);
+		break;
+	case FP_REJECT:
+		out->actions = FP_ACT_TO_HOST;
+		if (r->is_leader) /* l.48-49: a follower refused */
+			fp_halt(r, out, FP_HALT_REJECT_RECEIVED);
+		break;
+	default: /* RETX_REQ (host retransmits from its log), CLIENT_REPLY, unknown */
+		out->actions = FP_ACT_TO_HOST;
+		break;
+	}
+	return 0;
+}
+
+/* Out-of-line entry points (handler.c) for user space: the Rust FFI. */
+int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
+	      struct fp_out *out);
+int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
+int fp_write_ffi(const struct fp_hdr *h, void *buf);
+
+#endif /* WAVERUNNER_FP_HANDLER_H */

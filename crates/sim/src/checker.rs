@@ -1,0 +1,167 @@
+//! The invariants of Raft (and of the hand-off), checked after every step.
+//!
+//! The checker keeps the ground truth that no single replica holds: which node led each term,
+//! which entry each (index, term) names, which entry is decided (committed) at each index, and
+//! which writes clients were told are done. Any disagreement is a violation.
+
+use std::collections::{BTreeMap, HashMap};
+
+use waverunner_raft::{Entry, EntryKind, Index, NodeId, Term};
+
+/// A stable 64-bit fingerprint of an entry's content (FNV-1a).
+pub fn entry_hash(kind: EntryKind, data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let tag: u8 = match kind {
+        EntryKind::Normal => 1,
+        EntryKind::ConfChange => 2,
+    };
+    for b in std::iter::once(&tag).chain(data.iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Where the checker stands.
+#[derive(Default, Debug)]
+pub struct Checker {
+    /// Election safety: at most one leader per term.
+    leaders: HashMap<Term, NodeId>,
+    /// Log matching: an (index, term) pair names exactly one entry.
+    named: HashMap<(Index, Term), u64>,
+    /// State-machine safety: the entry decided at each index.
+    decided: BTreeMap<Index, (Term, u64)>,
+    /// Writes acknowledged to clients: write id → (index, term, hash, by data plane).
+    acked: BTreeMap<u64, (Index, Term, u64, bool)>,
+    /// The same, by index: index → [(write id, term, hash)].
+    acked_at: HashMap<Index, Vec<(u64, Term, u64)>>,
+    /// Every violation seen, in order.
+    pub violations: Vec<String>,
+}
+
+impl Checker {
+    fn violate(&mut self, now: u64, what: String) {
+        if self.violations.len() < 32 {
+            self.violations.push(format!("t={now}us: {what}"));
+        }
+    }
+
+    /// A node became leader of `term`.
+    pub fn on_leader(&mut self, now: u64, node: NodeId, term: Term) {
+        match self.leaders.get(&term) {
+            Some(&other) if other != node => self.violate(
+                now,
+                format!("election safety: {node} and {other} both lead term {term}"),
+            ),
+            _ => {
+                self.leaders.insert(term, node);
+            }
+        }
+    }
+
+    /// Leader completeness: a new leader's log holds every decided entry. `term_of` reads the
+    /// leader's log; entries at or below `snapshot_index` are covered by its snapshot.
+    pub fn check_leader_complete(
+        &mut self,
+        now: u64,
+        node: NodeId,
+        snapshot_index: Index,
+        term_of: impl Fn(Index) -> Option<Term>,
+    ) {
+        let mut bad = None;
+        for (&i, &(t, _)) in self.decided.range(snapshot_index + 1..) {
+            if term_of(i) != Some(t) {
+                bad = Some((i, t, term_of(i)));
+                break;
+            }
+        }
+        if let Some((i, t, got)) = bad {
+            self.violate(
+                now,
+                format!(
+                    "leader completeness: new leader {node} lacks decided entry {i} (term {t}), has {got:?}"
+                ),
+            );
+        }
+    }
+
+    /// A node stored entries (appended to its log).
+    pub fn on_entries(&mut self, now: u64, node: NodeId, entries: &[Entry]) {
+        for e in entries {
+            let h = entry_hash(e.kind, &e.data);
+            match self.named.get(&(e.index, e.term)) {
+                Some(&old) if old != h => self.violate(
+                    now,
+                    format!(
+                        "log matching: node {node} holds a different entry at index {} term {}",
+                        e.index, e.term
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    self.named.insert((e.index, e.term), h);
+                }
+            }
+        }
+    }
+
+    /// A node believes the entry `(index, term, hash)` is committed.
+    pub fn on_decided(&mut self, now: u64, node: NodeId, index: Index, term: Term, hash: u64) {
+        match self.decided.get(&index) {
+            Some(&(t, h)) if (t, h) != (term, hash) => self.violate(
+                now,
+                format!(
+                    "state-machine safety: node {node} commits index {index} term {term}, but term {t} was decided there"
+                ),
+            ),
+            Some(_) => {}
+            None => {
+                self.decided.insert(index, (term, hash));
+            }
+        }
+        let lost = self
+            .acked_at
+            .get(&index)
+            .and_then(|v| v.iter().find(|&&(_, t, h)| (t, h) != (term, hash)))
+            .map(|&(w, _, _)| w);
+        if let Some(w) = lost {
+            self.violate(
+                now,
+                format!("acknowledged write {w} at index {index} lost: node {node} commits another entry there"),
+            );
+        }
+    }
+
+    /// A client was told its write is done.
+    pub fn on_ack(&mut self, now: u64, write: u64, index: Index, term: Term, hash: u64, dp: bool) {
+        if let Some(&(t, h)) = self.decided.get(&index) {
+            if (t, h) != (term, hash) {
+                self.violate(
+                    now,
+                    format!("write {write} acknowledged at index {index} term {term} but term {t} is decided there"),
+                );
+            }
+        }
+        if self.acked.insert(write, (index, term, hash, dp)).is_none() {
+            self.acked_at
+                .entry(index)
+                .or_default()
+                .push((write, term, hash));
+        }
+    }
+
+    /// Writes acknowledged so far.
+    pub fn acked(&self) -> &BTreeMap<u64, (Index, Term, u64, bool)> {
+        &self.acked
+    }
+
+    /// The highest decided index.
+    pub fn max_decided(&self) -> Index {
+        self.decided.keys().next_back().copied().unwrap_or(0)
+    }
+
+    /// Records a violation found by the driver (liveness, convergence).
+    pub fn report(&mut self, now: u64, what: String) {
+        self.violate(now, what);
+    }
+}

@@ -1,0 +1,1215 @@
+//! The simulated world: replicas (Raft core + simulated data plane + disk + state machine), a
+//! network that loses, duplicates, delays, reorders and partitions, clients, and a fault
+//! schedule, all driven by one seeded event queue.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
+
+use waverunner_fastpath as fp;
+use waverunner_raft::{
+    Bootstrap, ConfChange, ConfState, Config, DataPlaneCommand, DataPlaneState, DisableReason,
+    Entry, EntryKind, HardState, Index, Message, MessageBody, NodeId, Proposal, Raft, Role,
+    Snapshot,
+};
+
+use crate::checker::{entry_hash, Checker};
+use crate::dataplane::{RingRecord, SimDataPlane, GROUP_ID};
+use crate::rng::Rng;
+
+/// One simulated millisecond: the Raft tick.
+pub const TICK_US: u64 = 1_000;
+/// The client id that simulated clients put in their requests.
+const CLIENT_ID: u64 = 1 << 40;
+/// Bound on entries retransmitted for one retransmission request.
+const RETX_BATCH: u64 = 64;
+
+/// What survives a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Entries live in memory; term and vote are persisted. A crash loses the log.
+    Memory,
+    /// Everything handed to storage is on disk before it is acknowledged.
+    Fsync,
+}
+
+/// Options of one simulation run.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Replicas at the start (3 or 5).
+    pub nodes: usize,
+    /// The durability mode.
+    pub durability: Durability,
+    /// Whether replicas hand replication to the (simulated) data plane.
+    pub dataplane: bool,
+    /// Simulated time with faults, in ms.
+    pub fault_ms: u64,
+    /// Simulated time allowed, after every fault heals, to elect a leader, commit a new write on
+    /// every replica and (with a data plane) re-enable acceleration, in ms.
+    pub heal_ms: u64,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            nodes: 3,
+            durability: Durability::Memory,
+            dataplane: true,
+            fault_ms: 1_500,
+            heal_ms: 3_000,
+        }
+    }
+}
+
+/// Counters of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub events: u64,
+    pub writes_sent: u64,
+    pub writes_acked: u64,
+    pub writes_acked_by_dataplane: u64,
+    pub max_term: u64,
+    pub dataplane_enables: u64,
+    pub dataplane_disables: u64,
+    pub dataplane_handled: u64,
+    pub crashes: u64,
+    pub lost_logs: u64,
+    pub pauses: u64,
+    pub partitions: u64,
+    pub loss_bursts: u64,
+    pub membership_changes: u64,
+    pub transfers: u64,
+    pub snapshots_installed: u64,
+    pub retransmissions: u64,
+    pub final_commit: u64,
+}
+
+/// The result of one seed.
+#[derive(Debug)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub stats: Stats,
+}
+
+#[derive(Clone, Debug)]
+enum Packet {
+    Raft(Message),
+    Fast(fp::Header, Vec<u8>),
+}
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Tick(NodeId, u64),
+    Poll(NodeId, u64),
+    Deliver { from: NodeId, to: NodeId, pkt: Packet },
+    Client,
+    Phase,
+    Membership,
+    HealCheck,
+}
+
+struct Scheduled {
+    at: u64,
+    seq: u64,
+    ev: Ev,
+}
+impl PartialEq for Scheduled {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Disk {
+    hard: HardState,
+    snapshot: Option<Snapshot>,
+    entries: Vec<Entry>,
+}
+
+impl Disk {
+    fn last_index(&self) -> Index {
+        self.entries
+            .last()
+            .map(|e| e.index)
+            .or(self.snapshot.as_ref().map(|s| s.meta.index))
+            .unwrap_or(0)
+    }
+}
+
+/// The replicated state machine of the simulation: the set of writes applied, with a
+/// fingerprint of the applied sequence.
+#[derive(Clone, Debug, Default)]
+struct Sm {
+    applied: Index,
+    hash: u64,
+    writes: BTreeSet<u64>,
+}
+
+impl Sm {
+    fn apply(&mut self, e: &Entry) {
+        assert_eq!(e.index, self.applied + 1, "state machine applies in order");
+        self.applied = e.index;
+        self.hash = self.hash.rotate_left(5) ^ entry_hash(e.kind, &e.data);
+        if let Some(w) = write_id(&e.data) {
+            self.writes.insert(w);
+        }
+    }
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(16 + 8 * self.writes.len());
+        v.extend_from_slice(&self.applied.to_le_bytes());
+        v.extend_from_slice(&self.hash.to_le_bytes());
+        for w in &self.writes {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        v
+    }
+    fn decode(b: &[u8]) -> Sm {
+        assert!(b.len() >= 16 && b.len() % 8 == 0, "snapshot data is malformed");
+        let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        Sm {
+            applied: word(0),
+            hash: word(1),
+            writes: (2..b.len() / 8).map(word).collect(),
+        }
+    }
+}
+
+/// A client write's payload: its id and a value derived from it.
+fn write_payload(w: u64) -> Vec<u8> {
+    let mut v = w.to_le_bytes().to_vec();
+    v.extend_from_slice(&w.wrapping_mul(0x9E37_79B9).to_le_bytes());
+    v
+}
+
+fn write_id(data: &[u8]) -> Option<u64> {
+    (data.len() == 16).then(|| u64::from_le_bytes(data[..8].try_into().unwrap()))
+}
+
+struct Node {
+    id: NodeId,
+    raft: Option<Raft>,
+    disk: Disk,
+    sm: Sm,
+    dp: SimDataPlane,
+    incarnation: u64,
+    paused: bool,
+    removed: bool,
+    /// Writes this node took from clients into its software log.
+    requests: HashSet<u64>,
+    /// Highest index acknowledged to the data plane after persisting (fsync mode).
+    acked_persisted: Index,
+    poll_pending: bool,
+    /// Commit index seen last in this incarnation (commit never goes back).
+    last_commit: Index,
+    compact_every: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MembershipOp {
+    Idle,
+    Removing(NodeId),
+    AddingLearner(NodeId),
+    Promoting(NodeId),
+}
+
+/// One simulation.
+pub struct World {
+    opts: SimOptions,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    nodes: BTreeMap<NodeId, Node>,
+    initial_voters: Vec<NodeId>,
+    next_node_id: NodeId,
+    /// (from, to) pairs that cannot talk.
+    blocked: HashSet<(NodeId, NodeId)>,
+    loss: f64,
+    dup: f64,
+    max_delay: u64,
+    next_write: u64,
+    membership: MembershipOp,
+    membership_since: u64,
+    healing: bool,
+    final_write: Option<u64>,
+    done: bool,
+    checker: Checker,
+    stats: Stats,
+    seed: u64,
+}
+
+fn halt_reason(code: u32) -> DisableReason {
+    match code {
+        fp::HALT_TERM_MISMATCH => DisableReason::TermMismatch,
+        fp::HALT_LOG_MISMATCH => DisableReason::LogMismatch,
+        fp::HALT_REJECT_RECEIVED => DisableReason::RejectReceived,
+        fp::HALT_RETX_EXHAUSTED => DisableReason::RetransmitExhausted,
+        _ => DisableReason::Host,
+    }
+}
+
+impl World {
+    /// A world for `seed`.
+    pub fn new(seed: u64, opts: SimOptions) -> World {
+        assert!((1..=fp::MAX_NODES).contains(&opts.nodes), "unsupported node count");
+        let mut w = World {
+            rng: Rng::new(seed),
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes: BTreeMap::new(),
+            initial_voters: (1..=opts.nodes as NodeId).collect(),
+            next_node_id: opts.nodes as NodeId + 1,
+            blocked: HashSet::new(),
+            loss: 0.0,
+            dup: 0.0,
+            max_delay: 200,
+            next_write: 1,
+            membership: MembershipOp::Idle,
+            membership_since: 0,
+            healing: false,
+            final_write: None,
+            done: false,
+            checker: Checker::default(),
+            stats: Stats::default(),
+            seed,
+            opts,
+        };
+        let voters = w.initial_voters.clone();
+        for id in voters.clone() {
+            let conf = ConfState {
+                voters: voters.clone(),
+                learners: vec![],
+            };
+            w.add_node(id, conf);
+        }
+        w.schedule(w.rng.range(1_000, 3_000), Ev::Client);
+        w.schedule(w.rng.range(50_000, 150_000), Ev::Phase);
+        w
+    }
+
+    fn config(&self, id: NodeId) -> Config {
+        Config {
+            id,
+            election_tick: 10,
+            heartbeat_tick: 2,
+            max_entries_per_msg: 32,
+            max_bytes_per_msg: 64 * 1024,
+            max_inflight_msgs: 16,
+            pre_vote: true,
+            check_quorum: true,
+            seed: self.seed,
+            dataplane: self.opts.dataplane,
+            defer_ack: self.opts.durability == Durability::Fsync,
+            enable_backoff_ticks: 20,
+            ..Config::default()
+        }
+    }
+
+    fn add_node(&mut self, id: NodeId, conf: ConfState) {
+        let raft = Raft::new(
+            self.config(id),
+            Bootstrap {
+                hard_state: HardState::default(),
+                conf,
+                snapshot: None,
+                entries: vec![],
+                log_lost: false,
+            },
+        )
+        .expect("valid bootstrap");
+        let compact_every = self.rng.range(40, 200);
+        let node = Node {
+            id,
+            raft: Some(raft),
+            disk: Disk::default(),
+            sm: Sm::default(),
+            dp: SimDataPlane::new(id),
+            incarnation: 1,
+            paused: false,
+            removed: false,
+            requests: HashSet::new(),
+            acked_persisted: 0,
+            poll_pending: false,
+            last_commit: 0,
+            compact_every,
+        };
+        self.nodes.insert(id, node);
+        let phase = self.rng.range(0, TICK_US);
+        self.schedule(phase, Ev::Tick(id, 1));
+    }
+
+    fn schedule(&mut self, after: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled {
+            at: self.now + after,
+            seq: self.seq,
+            ev,
+        }));
+    }
+
+    /// Runs to the end and returns the report.
+    pub fn run(mut self) -> SeedReport {
+        let end = (self.opts.fault_ms + self.opts.heal_ms) * 1_000;
+        while let Some(Reverse(s)) = self.queue.pop() {
+            if self.done || s.at > end || !self.checker.violations.is_empty() {
+                break;
+            }
+            self.now = s.at;
+            self.stats.events += 1;
+            self.handle(s.ev);
+        }
+        if !self.done && self.checker.violations.is_empty() {
+            let why = self.liveness_blocker();
+            self.checker.report(
+                self.now,
+                format!("liveness: not recovered {} ms after faults healed: {why}", self.opts.heal_ms),
+            );
+        }
+        self.stats.max_term = self
+            .nodes
+            .values()
+            .filter_map(|n| n.raft.as_ref().map(|r| r.term()))
+            .max()
+            .unwrap_or(0);
+        self.stats.dataplane_handled = self.nodes.values().map(|n| n.dp.handled).sum();
+        SeedReport {
+            seed: self.seed,
+            violations: std::mem::take(&mut self.checker.violations),
+            stats: self.stats,
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Tick(id, inc) => {
+                let Some(n) = self.nodes.get_mut(&id) else { return };
+                if n.incarnation != inc || n.raft.is_none() {
+                    return;
+                }
+                if !n.paused {
+                    n.raft.as_mut().unwrap().tick();
+                    self.drive(id);
+                }
+                self.schedule(TICK_US, Ev::Tick(id, inc));
+            }
+            Ev::Poll(id, inc) => {
+                let Some(n) = self.nodes.get_mut(&id) else { return };
+                if n.incarnation != inc {
+                    return;
+                }
+                n.poll_pending = false;
+                if n.paused {
+                    self.schedule_poll(id);
+                    return;
+                }
+                self.consume_ring(id);
+                self.drive(id);
+            }
+            Ev::Deliver { from, to, pkt } => self.deliver(from, to, pkt),
+            Ev::Client => {
+                self.client_write();
+                let gap = self.rng.range(300, 1_500);
+                if !self.healing {
+                    self.schedule(gap, Ev::Client);
+                }
+            }
+            Ev::Phase => self.phase(),
+            Ev::Membership => self.drive_membership(),
+            Ev::HealCheck => self.heal_check(),
+        }
+    }
+
+    fn alive(&self, id: NodeId) -> bool {
+        self.nodes
+            .get(&id)
+            .is_some_and(|n| n.raft.is_some() && !n.removed)
+    }
+
+    /// The current leader as an omniscient observer sees it (highest term among live leaders).
+    fn leader(&self) -> Option<NodeId> {
+        self.nodes
+            .values()
+            .filter(|n| !n.paused && !n.removed)
+            .filter_map(|n| n.raft.as_ref().map(|r| (n.id, r)))
+            .filter(|(_, r)| r.role() == Role::Leader)
+            .max_by_key(|(_, r)| r.term())
+            .map(|(id, _)| id)
+    }
+
+    // ---------------------------------------------------------------- network
+
+    fn send(&mut self, from: NodeId, to: NodeId, pkt: Packet) {
+        if self.blocked.contains(&(from, to)) || self.rng.chance(self.loss) {
+            return;
+        }
+        let copies = if self.rng.chance(self.dup) { 2 } else { 1 };
+        for _ in 0..copies {
+            let d = self.rng.range(10, self.max_delay);
+            self.schedule(
+                d,
+                Ev::Deliver {
+                    from,
+                    to,
+                    pkt: pkt.clone(),
+                },
+            );
+        }
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, pkt: Packet) {
+        let Some(n) = self.nodes.get_mut(&to) else { return };
+        if n.raft.is_none() || n.paused || self.blocked.contains(&(from, to)) {
+            return;
+        }
+        match pkt {
+            Packet::Raft(m) => {
+                let raft = n.raft.as_mut().unwrap();
+                // Malformed or stale messages are refused with an error: never a crash.
+                let _ = raft.step(m);
+                self.drive(to);
+            }
+            Packet::Fast(hdr, payload) => self.fast_ingress(to, from, hdr, payload),
+        }
+    }
+
+    // ------------------------------------------------------------ data plane
+
+    /// A fast-path packet arrives at `id`: through the data plane first, as in XDP.
+    fn fast_ingress(&mut self, id: NodeId, from: NodeId, hdr: fp::Header, payload: Vec<u8>) {
+        let fx = self.nodes.get_mut(&id).unwrap().dp.receive(from, &hdr, &payload);
+        for (to, h, p) in fx.send {
+            if to == id {
+                continue;
+            }
+            self.send(id, to, Packet::Fast(h, p));
+        }
+        for (w, index, term) in fx.acked {
+            self.stats.writes_acked += 1;
+            self.stats.writes_acked_by_dataplane += 1;
+            let h = entry_hash(EntryKind::Normal, &write_payload(w));
+            self.checker.on_ack(self.now, w, index, term, h, true);
+        }
+        if let Some(code) = fx.halted {
+            self.raft_mut(id).dataplane_halted(halt_reason(code));
+        }
+        if fx.to_host {
+            self.host_fast(id, from, hdr, payload);
+        }
+        if !self.nodes[&id].dp.ring.is_empty() {
+            self.schedule_poll(id);
+        }
+        self.drive(id);
+    }
+
+    fn schedule_poll(&mut self, id: NodeId) {
+        let n = self.nodes.get_mut(&id).unwrap();
+        if n.poll_pending {
+            return;
+        }
+        n.poll_pending = true;
+        let inc = n.incarnation;
+        let d = self.rng.range(0, 400);
+        self.schedule(d, Ev::Poll(id, inc));
+    }
+
+    fn raft_mut(&mut self, id: NodeId) -> &mut Raft {
+        self.nodes
+            .get_mut(&id)
+            .and_then(|n| n.raft.as_mut())
+            .expect("live node")
+    }
+
+    /// The host consumes the user-space log ring.
+    fn consume_ring(&mut self, id: NodeId) {
+        let n = self.nodes.get_mut(&id).unwrap();
+        let Some(raft) = n.raft.as_mut() else { return };
+        while let Some(rec) = n.dp.ring.pop_front() {
+            match rec {
+                RingRecord::Append(e) => {
+                    if let Err(err) = raft.dataplane_append(e.clone()) {
+                        self.checker.report(
+                            self.now,
+                            format!("node {id} refused ring entry {}: {err:?}", e.index),
+                        );
+                    }
+                }
+                RingRecord::Commit(c) => raft.dataplane_commit(c),
+            }
+        }
+    }
+
+    /// Software handling of a fast-path packet the data plane passed up (or did not take).
+    fn host_fast(&mut self, id: NodeId, from: NodeId, hdr: fp::Header, payload: Vec<u8>) {
+        match hdr.kind {
+            fp::CLIENT_REQUEST => {
+                let raft = self.raft_mut(id);
+                match raft.propose(payload.clone()) {
+                    Ok(Proposal::Appended(_)) => {
+                        if let Some(w) = write_id(&payload) {
+                            self.nodes.get_mut(&id).unwrap().requests.insert(w);
+                        }
+                    }
+                    Ok(Proposal::ViaDataPlane) | Err(_) => {}
+                }
+            }
+            fp::APPEND => {
+                let m = Message {
+                    from: hdr.from,
+                    to: id,
+                    term: hdr.term,
+                    body: MessageBody::Append {
+                        prev_index: hdr.index,
+                        prev_term: hdr.log_term,
+                        entries: vec![Entry {
+                            term: hdr.term,
+                            index: hdr.index + 1,
+                            kind: EntryKind::Normal,
+                            data: payload,
+                        }],
+                        commit: hdr.commit,
+                    },
+                };
+                let _ = self.raft_mut(id).step(m);
+            }
+            fp::ACK => {
+                let m = Message {
+                    from: hdr.from,
+                    to: id,
+                    term: hdr.term,
+                    body: MessageBody::AppendResponse {
+                        reject: false,
+                        index: hdr.index,
+                        hint_index: 0,
+                        hint_term: 0,
+                        recovering: false,
+                    },
+                };
+                let _ = self.raft_mut(id).step(m);
+            }
+            fp::RETX_REQ => self.retransmit(id, from, hdr.index),
+            _ => {}
+        }
+    }
+
+    /// The leader's host answers a retransmission request from its log, staying enabled.
+    fn retransmit(&mut self, id: NodeId, to: NodeId, follower_last: Index) {
+        if !self.nodes[&id].dp.enabled() || self.nodes[&id].dp.regs.is_leader == 0 {
+            return;
+        }
+        self.consume_ring(id);
+        let regs = self.nodes[&id].dp.regs;
+        let raft = self.nodes[&id].raft.as_ref().unwrap();
+        if follower_last + 1 < raft.first_index() {
+            self.raft_mut(id).dataplane_halted(DisableReason::SnapshotNeeded);
+            return;
+        }
+        let hi = raft.last_index().min(follower_last + RETX_BATCH);
+        let mut out = Vec::new();
+        for e in raft.entries(follower_last + 1, hi) {
+            if e.term != regs.term {
+                continue;
+            }
+            let Some(prev_term) = raft.term_of(e.index - 1) else { break };
+            let hdr = fp::Header {
+                kind: fp::APPEND,
+                term: regs.term,
+                from: id,
+                index: e.index - 1,
+                log_term: prev_term,
+                commit: regs.commit_index,
+                len: e.data.len() as u16,
+                ..fp::Header::new(GROUP_ID)
+            };
+            out.push((hdr, e.data));
+        }
+        self.stats.retransmissions += out.len() as u64;
+        for (h, p) in out {
+            self.send(id, to, Packet::Fast(h, p));
+        }
+    }
+
+    // ------------------------------------------------------------- the host
+
+    /// Handles every ready batch of `id` (the host loop of a replica).
+    fn drive(&mut self, id: NodeId) {
+        for _round in 0..64 {
+            let now = self.now;
+            let n = self.nodes.get_mut(&id).unwrap();
+            let Some(raft) = n.raft.as_mut() else { return };
+            if !raft.has_ready() {
+                break;
+            }
+            let rd = raft.ready();
+
+            if let Some(ss) = rd.soft_state {
+                if ss.role == Role::Leader {
+                    let term = raft.term();
+                    self.checker.on_leader(now, id, term);
+                    let snap = raft.first_index() - 1;
+                    self.checker
+                        .check_leader_complete(now, id, snap, |i| raft.term_of(i));
+                }
+            }
+
+            match rd.dataplane {
+                Some(DataPlaneCommand::Enable(r)) => {
+                    n.dp.enable(&r);
+                    n.acked_persisted = r.last_index;
+                    self.stats.dataplane_enables += 1;
+                }
+                Some(DataPlaneCommand::Disable(_)) => {
+                    n.dp.disable();
+                    while let Some(rec) = n.dp.ring.pop_front() {
+                        match rec {
+                            RingRecord::Append(e) => {
+                                if let Err(err) = raft.dataplane_append(e) {
+                                    self.checker.report(now, format!("node {id} refused drained entry: {err:?}"));
+                                }
+                            }
+                            RingRecord::Commit(c) => raft.dataplane_commit(c),
+                        }
+                    }
+                    raft.dataplane_disabled(n.dp.export());
+                    self.stats.dataplane_disables += 1;
+                }
+                None => {}
+            }
+
+            // Persist.
+            if let Some(s) = &rd.snapshot {
+                n.disk.entries.retain(|e| e.index > s.meta.index);
+                if n.disk.entries.first().is_some_and(|e| e.index != s.meta.index + 1) {
+                    n.disk.entries.clear();
+                }
+                n.disk.snapshot = Some(s.clone());
+                n.sm = Sm::decode(&s.data);
+                assert_eq!(n.sm.applied, s.meta.index, "snapshot state at its index");
+                self.stats.snapshots_installed += 1;
+            }
+            if let Some(first) = rd.entries.first() {
+                self.checker.on_entries(now, id, &rd.entries);
+                n.disk.entries.retain(|e| e.index < first.index);
+                let expect = n.disk.last_index() + 1;
+                if first.index != expect {
+                    self.checker.report(
+                        now,
+                        format!("node {id}: ready entries start at {} but the disk ends at {}", first.index, expect - 1),
+                    );
+                }
+                n.disk.entries.extend(rd.entries.iter().cloned());
+            }
+            if let Some(hs) = rd.hard_state {
+                n.disk.hard = hs;
+            }
+
+            // Apply.
+            for e in &rd.committed_entries {
+                if e.index <= n.sm.applied {
+                    continue;
+                }
+                self.checker
+                    .on_decided(now, id, e.index, e.term, entry_hash(e.kind, &e.data));
+                n.sm.apply(e);
+                if let Some(w) = write_id(&e.data) {
+                    if n.requests.remove(&w) {
+                        self.stats.writes_acked += 1;
+                        self.checker
+                            .on_ack(now, w, e.index, e.term, entry_hash(e.kind, &e.data), false);
+                    }
+                }
+            }
+            let commit = raft.commit_index();
+            if commit < n.last_commit {
+                self.checker.report(
+                    now,
+                    format!("monotonic commit: node {id} commit went from {} to {commit}", n.last_commit),
+                );
+            }
+            n.last_commit = commit;
+            let proposals = rd.dataplane_proposals.clone();
+            raft.advance();
+
+            // Compaction, as a host would after applying.
+            if n.sm.applied >= raft.first_index() + n.compact_every {
+                let at = n.sm.applied;
+                if raft.compact(at, n.sm.encode()).is_ok() {
+                    n.disk.snapshot = raft.snapshot().cloned();
+                    n.disk.entries.retain(|e| e.index > at);
+                }
+            }
+
+            for m in rd.messages {
+                let to = m.to;
+                self.send(id, to, Packet::Raft(m));
+            }
+            for p in proposals {
+                self.push_through_dataplane(id, p);
+            }
+            self.deferred_ack(id);
+        }
+    }
+
+    /// The leader's host pushes a proposal (or an empty heartbeat) through its data plane.
+    fn push_through_dataplane(&mut self, id: NodeId, payload: Vec<u8>) {
+        let (flags, seq) = match write_id(&payload) {
+            Some(w) => (fp::F_BLIND_WRITE, w),
+            None if payload.is_empty() => (fp::F_HEARTBEAT, 0),
+            None => (0, 0),
+        };
+        let hdr = fp::Header {
+            kind: fp::CLIENT_REQUEST,
+            flags,
+            from: id,
+            seq,
+            len: payload.len() as u16,
+            ..fp::Header::new(GROUP_ID)
+        };
+        self.fast_ingress(id, id, hdr, payload);
+    }
+
+    /// Durability `fsync` with the data plane on: acknowledge what is on disk now.
+    fn deferred_ack(&mut self, id: NodeId) {
+        let n = self.nodes.get_mut(&id).unwrap();
+        if !n.dp.enabled() || n.dp.regs.flags & fp::R_DEFER_ACK == 0 {
+            return;
+        }
+        let persisted = n.disk.last_index().min(n.dp.regs.last_index);
+        if persisted <= n.acked_persisted {
+            return;
+        }
+        n.acked_persisted = persisted;
+        let leader = n.dp.regs.leader_id;
+        let hdr = fp::Header {
+            kind: fp::ACK,
+            term: n.dp.regs.term,
+            from: id,
+            index: persisted,
+            ..fp::Header::new(GROUP_ID)
+        };
+        if leader == id {
+            self.fast_ingress(id, id, hdr, Vec::new());
+        } else {
+            self.send(id, leader, Packet::Fast(hdr, Vec::new()));
+        }
+    }
+
+    // ---------------------------------------------------------------- clients
+
+    fn client_write(&mut self) {
+        let members: Vec<NodeId> = self.nodes.keys().copied().filter(|&i| self.alive(i)).collect();
+        let target = match self.leader() {
+            Some(l) if self.rng.chance(0.85) => Some(l),
+            _ => self.rng.pick(&members),
+        };
+        let Some(to) = target else { return };
+        let w = self.next_write;
+        self.next_write += 1;
+        self.stats.writes_sent += 1;
+        let payload = write_payload(w);
+        let hdr = fp::Header {
+            kind: fp::CLIENT_REQUEST,
+            flags: fp::F_BLIND_WRITE,
+            from: CLIENT_ID,
+            seq: w,
+            len: payload.len() as u16,
+            ..fp::Header::new(GROUP_ID)
+        };
+        let d = self.rng.range(5, 100);
+        self.schedule(
+            d,
+            Ev::Deliver {
+                from: CLIENT_ID,
+                to,
+                pkt: Packet::Fast(hdr, payload),
+            },
+        );
+    }
+
+    // ----------------------------------------------------------------- faults
+
+    fn voters(&self) -> Vec<NodeId> {
+        match self.leader() {
+            Some(l) => self.nodes[&l].raft.as_ref().unwrap().conf_state().voters.clone(),
+            None => self
+                .nodes
+                .values()
+                .filter(|n| !n.removed)
+                .filter_map(|n| n.raft.as_ref())
+                .map(|r| r.conf_state().voters.clone())
+                .max_by_key(|v| v.len())
+                .unwrap_or_else(|| self.initial_voters.clone()),
+        }
+    }
+
+    /// In `memory` durability a crash loses the log: allowed only while a majority of voters
+    /// stays up (running and not recovering), which is the promise of DESIGN §4.
+    fn may_crash(&self, victim: NodeId) -> bool {
+        if self.opts.durability == Durability::Fsync {
+            return true;
+        }
+        let voters = self.voters();
+        let up = voters
+            .iter()
+            .filter(|&&v| v != victim)
+            .filter(|&&v| {
+                self.nodes.get(&v).is_some_and(|n| {
+                    n.raft
+                        .as_ref()
+                        .is_some_and(|r| r.role() != Role::Recovering)
+                        && !n.removed
+                })
+            })
+            .count();
+        up > voters.len() / 2
+    }
+
+    fn crash(&mut self, id: NodeId) {
+        let lose_log = self.opts.durability == Durability::Memory;
+        let n = self.nodes.get_mut(&id).unwrap();
+        if n.raft.is_none() || n.removed {
+            return;
+        }
+        n.raft = None;
+        n.dp = SimDataPlane::new(id);
+        n.incarnation += 1;
+        n.paused = false;
+        n.requests.clear();
+        n.poll_pending = false;
+        n.sm = Sm::default();
+        if lose_log {
+            n.disk.entries.clear();
+            n.disk.snapshot = None;
+            n.disk.hard.commit = 0;
+            self.stats.lost_logs += 1;
+        }
+        self.stats.crashes += 1;
+    }
+
+    fn restart(&mut self, id: NodeId) {
+        let lose_log = self.opts.durability == Durability::Memory;
+        let cfg = self.config(id);
+        let initial = ConfState {
+            voters: self.initial_voters.clone(),
+            learners: vec![],
+        };
+        let n = self.nodes.get_mut(&id).unwrap();
+        if n.raft.is_some() || n.removed {
+            return;
+        }
+        if let Some(s) = &n.disk.snapshot {
+            n.sm = Sm::decode(&s.data);
+        }
+        let boot = Bootstrap {
+            hard_state: n.disk.hard,
+            conf: initial,
+            snapshot: n.disk.snapshot.clone(),
+            entries: n.disk.entries.clone(),
+            log_lost: lose_log,
+        };
+        n.raft = Some(Raft::new(cfg, boot).expect("restart from disk"));
+        n.last_commit = 0;
+        n.acked_persisted = 0;
+        let inc = n.incarnation;
+        self.schedule(self.rng.range(0, TICK_US), Ev::Tick(id, inc));
+        self.drive(id);
+    }
+
+    fn heal_all(&mut self) {
+        self.blocked.clear();
+        self.loss = 0.0;
+        self.dup = 0.0;
+        self.max_delay = 200;
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let n = self.nodes.get_mut(&id).unwrap();
+            n.paused = false;
+            if n.raft.is_none() && !n.removed {
+                self.restart(id);
+            }
+        }
+    }
+
+    fn partition(&mut self, side: &[NodeId], one_way: bool) {
+        let all: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for &a in side {
+            for &b in &all {
+                if side.contains(&b) {
+                    continue;
+                }
+                self.blocked.insert((b, a));
+                if !one_way {
+                    self.blocked.insert((a, b));
+                }
+            }
+        }
+        self.stats.partitions += 1;
+    }
+
+    fn phase(&mut self) {
+        if self.now >= self.opts.fault_ms * 1_000 {
+            self.heal_all();
+            self.healing = true;
+            self.schedule(1_000, Ev::HealCheck);
+            return;
+        }
+        // Most phases heal what the last one broke; some let faults pile up.
+        if self.rng.chance(0.7) {
+            self.heal_all();
+        }
+        let live: Vec<NodeId> = self.nodes.keys().copied().filter(|&i| self.alive(i)).collect();
+        let leader = self.leader();
+        match self.rng.range(0, 12) {
+            0 => {}
+            1 | 2 => {
+                let victim = if self.rng.chance(0.5) { leader } else { self.rng.pick(&live) };
+                if let Some(v) = victim {
+                    if self.may_crash(v) {
+                        self.crash(v);
+                    }
+                }
+            }
+            3 => {
+                let victim = if self.rng.chance(0.6) { leader } else { self.rng.pick(&live) };
+                if let Some(v) = victim {
+                    self.nodes.get_mut(&v).unwrap().paused = true;
+                    self.stats.pauses += 1;
+                }
+            }
+            4 => {
+                if let Some(l) = leader {
+                    self.partition(&[l], false);
+                }
+            }
+            5 => {
+                let mut side = live.clone();
+                let k = self.rng.range(1, (side.len() as u64 / 2).max(1) + 1) as usize;
+                while side.len() > k {
+                    let i = self.rng.range(0, side.len() as u64) as usize;
+                    side.swap_remove(i);
+                }
+                self.partition(&side, false);
+            }
+            6 => {
+                let v = if self.rng.chance(0.5) { leader } else { self.rng.pick(&live) };
+                if let Some(v) = v {
+                    self.partition(&[v], true);
+                }
+            }
+            7 => {
+                self.loss = [0.02, 0.1, 0.3][self.rng.range(0, 3) as usize];
+                self.stats.loss_bursts += 1;
+            }
+            8 => {
+                self.dup = 0.2;
+                self.max_delay = 3_000;
+            }
+            9 => {
+                if self.membership == MembershipOp::Idle {
+                    let voters = self.voters();
+                    let pick = if self.rng.chance(0.3) { leader } else { self.rng.pick(&voters) };
+                    if let Some(v) = pick.filter(|v| voters.contains(v)) {
+                        self.membership = MembershipOp::Removing(v);
+                        self.membership_since = self.now;
+                        self.schedule(TICK_US, Ev::Membership);
+                    }
+                }
+            }
+            10 => {
+                if let (Some(l), Some(t)) = (leader, self.rng.pick(&self.voters())) {
+                    if t != l && self.raft_mut(l).transfer_leader(t).is_ok() {
+                        self.stats.transfers += 1;
+                        self.drive(l);
+                    }
+                }
+            }
+            _ => {
+                if self.opts.durability == Durability::Fsync {
+                    // Every replica crashes at once: fsync's promise still holds.
+                    for id in live {
+                        self.crash(id);
+                    }
+                    let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+                    for id in ids {
+                        self.restart(id);
+                    }
+                }
+            }
+        }
+        let next = self.rng.range(80_000, 300_000);
+        self.schedule(next, Ev::Phase);
+    }
+
+    fn drive_membership(&mut self) {
+        let op = self.membership;
+        if op == MembershipOp::Idle {
+            return;
+        }
+        let Some(l) = self.leader() else {
+            self.schedule(TICK_US, Ev::Membership);
+            return;
+        };
+        let conf = self.nodes[&l].raft.as_ref().unwrap().conf_state().clone();
+        let committed = {
+            let r = self.nodes[&l].raft.as_ref().unwrap();
+            r.commit_index() == r.last_index()
+        };
+        match op {
+            MembershipOp::Idle => {}
+            MembershipOp::Removing(v) => {
+                if !conf.voters.contains(&v) && committed {
+                    // Removed and committed: stop it for good, then add a fresh replica.
+                    if let Some(n) = self.nodes.get_mut(&v) {
+                        n.raft = None;
+                        n.removed = true;
+                        n.incarnation += 1;
+                    }
+                    let id = self.next_node_id;
+                    self.next_node_id += 1;
+                    self.add_node(id, ConfState::default());
+                    self.membership = MembershipOp::AddingLearner(id);
+                    self.stats.membership_changes += 1;
+                } else if conf.voters.contains(&v) {
+                    let _ = self.raft_mut(l).propose_conf_change(ConfChange::Remove(v));
+                    self.drive(l);
+                }
+            }
+            MembershipOp::AddingLearner(id) => {
+                if conf.learners.contains(&id) && committed {
+                    let caught_up = self.nodes[&id]
+                        .raft
+                        .as_ref()
+                        .is_some_and(|r| r.last_index() + 8 >= self.nodes[&l].raft.as_ref().unwrap().last_index());
+                    if caught_up {
+                        self.membership = MembershipOp::Promoting(id);
+                    }
+                } else if !conf.learners.contains(&id) && !conf.voters.contains(&id) {
+                    let _ = self.raft_mut(l).propose_conf_change(ConfChange::AddLearner(id));
+                    self.drive(l);
+                }
+            }
+            MembershipOp::Promoting(id) => {
+                if conf.voters.contains(&id) && committed {
+                    self.membership = MembershipOp::Idle;
+                    self.stats.membership_changes += 1;
+                    return;
+                } else if !conf.voters.contains(&id) {
+                    let _ = self.raft_mut(l).propose_conf_change(ConfChange::AddVoter(id));
+                    self.drive(l);
+                }
+            }
+        }
+        self.schedule(2 * TICK_US, Ev::Membership);
+    }
+
+    // --------------------------------------------------------------- liveness
+
+    fn members_live(&self) -> Vec<NodeId> {
+        let voters = self.voters();
+        self.nodes
+            .keys()
+            .copied()
+            .filter(|&i| self.alive(i) && voters.contains(&i))
+            .collect()
+    }
+
+    fn liveness_blocker(&self) -> String {
+        let Some(l) = self.leader() else {
+            return "no leader".into();
+        };
+        if self.membership != MembershipOp::Idle {
+            return format!("membership change {:?} unfinished", self.membership);
+        }
+        let r = self.nodes[&l].raft.as_ref().unwrap();
+        if self.opts.dataplane && !matches!(r.dataplane_state(), DataPlaneState::On { .. }) {
+            return format!("leader {l} has the data plane {:?}", r.dataplane_state());
+        }
+        match self.final_write {
+            None => "final write not sent".into(),
+            Some(w) => format!(
+                "final write {w} not applied everywhere (applied: {:?})",
+                self.members_live()
+                    .iter()
+                    .map(|&i| (i, self.nodes[&i].sm.writes.contains(&w)))
+                    .collect::<Vec<_>>()
+            ),
+        }
+    }
+
+    fn heal_check(&mut self) {
+        self.schedule(5 * TICK_US, Ev::HealCheck);
+        let Some(l) = self.leader() else { return };
+        if self.membership != MembershipOp::Idle {
+            return;
+        }
+        let dp_on = matches!(
+            self.nodes[&l].raft.as_ref().unwrap().dataplane_state(),
+            DataPlaneState::On { .. }
+        );
+        if self.opts.dataplane && !dp_on {
+            return;
+        }
+        let members = self.members_live();
+        match self.final_write {
+            None => {
+                let w = self.next_write;
+                self.next_write += 1;
+                self.final_write = Some(w);
+                self.stats.writes_sent += 1;
+                let payload = write_payload(w);
+                let hdr = fp::Header {
+                    kind: fp::CLIENT_REQUEST,
+                    flags: fp::F_BLIND_WRITE,
+                    from: CLIENT_ID,
+                    seq: w,
+                    len: payload.len() as u16,
+                    ..fp::Header::new(GROUP_ID)
+                };
+                self.schedule(
+                    10,
+                    Ev::Deliver {
+                        from: CLIENT_ID,
+                        to: l,
+                        pkt: Packet::Fast(hdr, payload),
+                    },
+                );
+            }
+            Some(w) => {
+                if !self.checker.acked().contains_key(&w) {
+                    // Lost on the way (e.g. a leader change): try again with a new write.
+                    if self.now % 200_000 < 5_000 {
+                        self.final_write = None;
+                    }
+                    return;
+                }
+                let everywhere = members.iter().all(|&i| self.nodes[&i].sm.writes.contains(&w));
+                if !everywhere {
+                    return;
+                }
+                // Every acknowledged write is in every live member's state machine.
+                let acked: Vec<u64> = self.checker.acked().keys().copied().collect();
+                for &i in &members {
+                    if let Some(&missing) = acked.iter().find(|w| !self.nodes[&i].sm.writes.contains(w)) {
+                        self.checker.report(
+                            self.now,
+                            format!("acknowledged write {missing} is missing from node {i}'s state machine"),
+                        );
+                    }
+                }
+                self.stats.final_commit = self.nodes[&l].raft.as_ref().unwrap().commit_index();
+                self.done = true;
+            }
+        }
+    }
+}
