@@ -55,6 +55,107 @@ pub enum ConfChange {
     Remove(NodeId),
 }
 
+impl ConfChange {
+    /// Encodes the change as the `data` of an [`EntryKind::ConfChange`] entry:
+    /// one tag byte (`1` AddLearner, `2` AddVoter, `3` Remove) then the id, 8 bytes little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let (tag, id) = match *self {
+            ConfChange::AddLearner(id) => (1u8, id),
+            ConfChange::AddVoter(id) => (2u8, id),
+            ConfChange::Remove(id) => (3u8, id),
+        };
+        let mut out = Vec::with_capacity(9);
+        out.push(tag);
+        out.extend_from_slice(&id.to_le_bytes());
+        out
+    }
+
+    /// Decodes [`ConfChange::encode`]'s output; `None` if malformed (wrong length, unknown tag,
+    /// id 0).
+    pub fn decode(data: &[u8]) -> Option<ConfChange> {
+        if data.len() != 9 {
+            return None;
+        }
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&data[1..]);
+        let id = u64::from_le_bytes(id);
+        if id == 0 {
+            return None;
+        }
+        match data[0] {
+            1 => Some(ConfChange::AddLearner(id)),
+            2 => Some(ConfChange::AddVoter(id)),
+            3 => Some(ConfChange::Remove(id)),
+            _ => None,
+        }
+    }
+
+    /// The node the change is about.
+    pub fn node(&self) -> NodeId {
+        match *self {
+            ConfChange::AddLearner(id) | ConfChange::AddVoter(id) | ConfChange::Remove(id) => id,
+        }
+    }
+}
+
+impl ConfState {
+    /// Whether `id` is a voter.
+    pub fn is_voter(&self, id: NodeId) -> bool {
+        self.voters.binary_search(&id).is_ok()
+    }
+
+    /// Whether `id` is a learner.
+    pub fn is_learner(&self, id: NodeId) -> bool {
+        self.learners.binary_search(&id).is_ok()
+    }
+
+    /// Whether `id` is a voter or a learner.
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.is_voter(id) || self.is_learner(id)
+    }
+
+    /// Checks the invariants: sorted, no duplicates, no id 0, voters and learners disjoint.
+    pub fn is_well_formed(&self) -> bool {
+        let sorted = |v: &[NodeId]| v.windows(2).all(|w| w[0] < w[1]);
+        sorted(&self.voters)
+            && sorted(&self.learners)
+            && !self.voters.contains(&0)
+            && !self.learners.contains(&0)
+            && self.voters.iter().all(|v| !self.is_learner(*v))
+    }
+
+    /// The configuration after `cc`. Returns `None` when `cc` does not apply: adding an existing
+    /// member in the same role, removing a non-member, or removing the last voter.
+    pub fn apply(&self, cc: ConfChange) -> Option<ConfState> {
+        let mut next = self.clone();
+        match cc {
+            ConfChange::AddLearner(id) => {
+                if self.contains(id) {
+                    return None;
+                }
+                next.learners.push(id);
+                next.learners.sort_unstable();
+            }
+            ConfChange::AddVoter(id) => {
+                if self.is_voter(id) {
+                    return None;
+                }
+                next.learners.retain(|l| *l != id);
+                next.voters.push(id);
+                next.voters.sort_unstable();
+            }
+            ConfChange::Remove(id) => {
+                if !self.contains(id) || (self.is_voter(id) && self.voters.len() == 1) {
+                    return None;
+                }
+                next.voters.retain(|v| *v != id);
+                next.learners.retain(|l| *l != id);
+            }
+        }
+        Some(next)
+    }
+}
+
 /// Metadata of a snapshot: the state covers the log up to and including `index`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SnapshotMeta {
@@ -211,4 +312,7 @@ pub struct Ready {
     pub committed_entries: Vec<Entry>,
     pub read_states: Vec<ReadState>,
     pub dataplane: Option<DataPlaneCommand>,
+    /// While the data plane is enabled on the leader: client payloads (and empty heartbeats)
+    /// that the host must push through the data plane as client requests, in order.
+    pub dataplane_proposals: Vec<Vec<u8>>,
 }

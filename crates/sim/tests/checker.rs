@@ -1,0 +1,73 @@
+//! The checker must be able to fail: each invariant is fed a history that breaks it.
+
+use waverunner_raft::{Entry, EntryKind};
+use waverunner_sim::checker::{entry_hash, Checker};
+
+fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
+    Entry {
+        term,
+        index,
+        kind: EntryKind::Normal,
+        data: data.to_vec(),
+    }
+}
+
+#[test]
+fn two_leaders_in_one_term_violate_election_safety() {
+    let mut c = Checker::default();
+    c.on_leader(1, 1, 5);
+    c.on_leader(2, 1, 5);
+    assert!(c.violations.is_empty(), "the same leader twice is fine");
+    c.on_leader(3, 2, 5);
+    assert_eq!(c.violations.len(), 1);
+    assert!(c.violations[0].contains("election safety"));
+}
+
+#[test]
+fn different_entries_under_one_index_and_term_violate_log_matching() {
+    let mut c = Checker::default();
+    c.on_entries(1, 1, &[entry(3, 2, b"a")]);
+    c.on_entries(2, 2, &[entry(3, 2, b"a"), entry(3, 3, b"b")]);
+    assert!(c.violations.is_empty());
+    c.on_entries(3, 3, &[entry(3, 2, b"c")]);
+    assert!(c.violations[0].contains("log matching"));
+}
+
+#[test]
+fn two_decisions_at_one_index_violate_state_machine_safety() {
+    let mut c = Checker::default();
+    c.on_decided(1, 1, 4, 2, entry_hash(EntryKind::Normal, b"x"));
+    c.on_decided(2, 2, 4, 2, entry_hash(EntryKind::Normal, b"x"));
+    assert!(c.violations.is_empty());
+    c.on_decided(3, 3, 4, 3, entry_hash(EntryKind::Normal, b"y"));
+    assert!(c.violations[0].contains("state-machine safety"));
+}
+
+#[test]
+fn an_acknowledged_write_overwritten_later_is_reported_lost() {
+    let mut c = Checker::default();
+    c.on_ack(1, 77, 9, 4, entry_hash(EntryKind::Normal, b"w77"), true);
+    c.on_decided(2, 2, 9, 5, entry_hash(EntryKind::Normal, b"other"));
+    assert!(c.violations.iter().any(|v| v.contains("acknowledged write 77")));
+}
+
+#[test]
+fn an_ack_for_an_entry_other_than_the_decided_one_is_reported() {
+    let mut c = Checker::default();
+    c.on_decided(1, 1, 9, 5, entry_hash(EntryKind::Normal, b"other"));
+    c.on_ack(2, 77, 9, 4, entry_hash(EntryKind::Normal, b"w77"), false);
+    assert!(c.violations.iter().any(|v| v.contains("write 77")));
+}
+
+#[test]
+fn a_leader_missing_a_decided_entry_violates_leader_completeness() {
+    let mut c = Checker::default();
+    c.on_decided(1, 1, 1, 1, 11);
+    c.on_decided(1, 1, 2, 1, 12);
+    c.check_leader_complete(2, 3, 0, |i| (i == 1).then_some(1));
+    assert!(c.violations[0].contains("leader completeness"));
+    let mut ok = Checker::default();
+    ok.on_decided(1, 1, 1, 1, 11);
+    ok.check_leader_complete(2, 3, 1, |_| None);
+    assert!(ok.violations.is_empty(), "entries under the snapshot are covered");
+}
