@@ -1,0 +1,276 @@
+//! The handler's output (`struct fp_out`, `c/handler.h`) and the safe entry point [`handle`].
+
+use std::fmt;
+use std::ops::{BitOr, BitOrAssign};
+
+use crate::registers::Registers;
+use crate::wire::Header;
+
+/// The set of actions the caller must take after [`handle`] (`fp_out.actions`, `FP_ACT_*`).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct Actions(pub u32);
+
+impl Actions {
+    /// No action.
+    pub const NONE: Actions = Actions(0);
+    /// Put an entry (`entry_index`, `entry_term`, input flags, from, seq, payload) on the
+    /// user-space log ring (`FP_ACT_RING_ENTRY`).
+    pub const RING_ENTRY: Actions = Actions(1);
+    /// Put a commit record `commit_index` on the ring (`FP_ACT_RING_COMMIT`).
+    pub const RING_COMMIT: Actions = Actions(2);
+    /// Send `msg` plus the input payload to every voter except self (`FP_ACT_BROADCAST`).
+    pub const BROADCAST: Actions = Actions(4);
+    /// Send `msg` (no payload) back to the input's sender (`FP_ACT_REPLY`).
+    pub const REPLY: Actions = Actions(8);
+    /// The entry at `reply_index` just committed: reply to its client if it was a blind write
+    /// (`FP_ACT_CLIENT_REPLY`).
+    pub const CLIENT_REPLY: Actions = Actions(16);
+    /// Pass the input packet to the host software untouched (`FP_ACT_TO_HOST`).
+    pub const TO_HOST: Actions = Actions(32);
+    /// Drop the input (`FP_ACT_DROP`).
+    pub const DROP: Actions = Actions(64);
+    /// The handler cleared `enabled` and set `halt_reason`: notify the host (`FP_ACT_HALT`).
+    pub const HALT: Actions = Actions(128);
+
+    /// Every named action with its name, in bit order.
+    pub const NAMED: [(Actions, &'static str); 8] = [
+        (Actions::RING_ENTRY, "RING_ENTRY"),
+        (Actions::RING_COMMIT, "RING_COMMIT"),
+        (Actions::BROADCAST, "BROADCAST"),
+        (Actions::REPLY, "REPLY"),
+        (Actions::CLIENT_REPLY, "CLIENT_REPLY"),
+        (Actions::TO_HOST, "TO_HOST"),
+        (Actions::DROP, "DROP"),
+        (Actions::HALT, "HALT"),
+    ];
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// True if every bit of `other` is set.
+    pub const fn contains(self, other: Actions) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// True if any bit of `other` is set.
+    pub const fn intersects(self, other: Actions) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// True if no bit is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The action called `name` (as printed by `Debug`), if any.
+    pub fn from_name(name: &str) -> Option<Actions> {
+        Actions::NAMED
+            .into_iter()
+            .find(|(_, n)| *n == name)
+            .map(|(a, _)| a)
+    }
+
+    /// The names of the set bits, in bit order (unknown bits are not named).
+    pub fn names(self) -> Vec<&'static str> {
+        Actions::NAMED
+            .into_iter()
+            .filter(|(a, _)| self.contains(*a))
+            .map(|(_, n)| n)
+            .collect()
+    }
+}
+
+impl BitOr for Actions {
+    type Output = Actions;
+    fn bitor(self, rhs: Actions) -> Actions {
+        Actions(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for Actions {
+    fn bitor_assign(&mut self, rhs: Actions) {
+        self.0 |= rhs.0;
+    }
+}
+
+impl fmt::Debug for Actions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("NONE");
+        }
+        let mut first = true;
+        let mut known = 0;
+        for (a, n) in Actions::NAMED {
+            if self.contains(a) {
+                if !first {
+                    f.write_str(" | ")?;
+                }
+                f.write_str(n)?;
+                first = false;
+                known |= a.0;
+            }
+        }
+        let unknown = self.0 & !known;
+        if unknown != 0 {
+            if !first {
+                f.write_str(" | ")?;
+            }
+            write!(f, "{unknown:#x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Halt reason code: a message of another term (`FP_HALT_TERM_MISMATCH`).
+pub const HALT_TERM_MISMATCH: u32 = HaltReason::TermMismatch as u32;
+/// Halt reason code: logs disagree (`FP_HALT_LOG_MISMATCH`).
+pub const HALT_LOG_MISMATCH: u32 = HaltReason::LogMismatch as u32;
+/// Halt reason code: the leader received a REJECT (`FP_HALT_REJECT_RECEIVED`).
+pub const HALT_REJECT_RECEIVED: u32 = HaltReason::RejectReceived as u32;
+/// Halt reason code: retransmission requests exhausted (`FP_HALT_RETX_EXHAUSTED`).
+pub const HALT_RETX_EXHAUSTED: u32 = HaltReason::RetxExhausted as u32;
+/// Halt reason code: unknown peer, reserved for the host (`FP_HALT_UNKNOWN_PEER`).
+pub const HALT_UNKNOWN_PEER: u32 = HaltReason::UnknownPeer as u32;
+
+/// Why the handler halted (cleared `enabled`): `FP_HALT_*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum HaltReason {
+    /// A message of another term, or an APPEND at the leader (`FP_HALT_TERM_MISMATCH = 1`).
+    TermMismatch = 1,
+    /// Logs disagree: an APPEND whose prev term differs at the tail, or an ACK beyond the
+    /// leader's log (`FP_HALT_LOG_MISMATCH = 2`).
+    LogMismatch = 2,
+    /// The leader received a REJECT (`FP_HALT_REJECT_RECEIVED = 3`).
+    RejectReceived = 3,
+    /// A follower's retransmission requests did not fill a gap (`FP_HALT_RETX_EXHAUSTED = 4`).
+    RetxExhausted = 4,
+    /// A peer not in the voter set; reserved for the host (the handler passes such packets to
+    /// the host without halting) (`FP_HALT_UNKNOWN_PEER = 5`).
+    UnknownPeer = 5,
+}
+
+impl HaltReason {
+    /// Every reason, in code order.
+    pub const ALL: [HaltReason; 5] = [
+        HaltReason::TermMismatch,
+        HaltReason::LogMismatch,
+        HaltReason::RejectReceived,
+        HaltReason::RetxExhausted,
+        HaltReason::UnknownPeer,
+    ];
+
+    /// The reason with C code `v` (`None` for 0 and unknown codes).
+    pub fn from_u32(v: u32) -> Option<HaltReason> {
+        HaltReason::ALL.into_iter().find(|r| *r as u32 == v)
+    }
+
+    /// The C name without the `FP_HALT_` prefix, e.g. `"TERM_MISMATCH"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HaltReason::TermMismatch => "TERM_MISMATCH",
+            HaltReason::LogMismatch => "LOG_MISMATCH",
+            HaltReason::RejectReceived => "REJECT_RECEIVED",
+            HaltReason::RetxExhausted => "RETX_EXHAUSTED",
+            HaltReason::UnknownPeer => "UNKNOWN_PEER",
+        }
+    }
+
+    /// The reason called `name` (as returned by [`HaltReason::name`]).
+    pub fn from_name(name: &str) -> Option<HaltReason> {
+        HaltReason::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+impl fmt::Display for HaltReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HaltReason::TermMismatch => "term mismatch",
+            HaltReason::LogMismatch => "log mismatch",
+            HaltReason::RejectReceived => "reject received",
+            HaltReason::RetxExhausted => "retransmission requests exhausted",
+            HaltReason::UnknownPeer => "unknown peer",
+        })
+    }
+}
+
+/// `#[repr(C)]` mirror of the C `struct fp_out`: what one handler invocation decided.
+///
+/// Fields other than `actions` are meaningful only with their action and zero otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Output {
+    /// What the caller must do.
+    pub actions: Actions,
+    /// With [`Actions::HALT`]: the [`HaltReason`] code; 0 otherwise.
+    pub halt_reason: u32,
+    /// With [`Actions::RING_ENTRY`]: the new entry's index.
+    pub entry_index: u64,
+    /// With [`Actions::RING_ENTRY`]: the new entry's term.
+    pub entry_term: u64,
+    /// With [`Actions::RING_COMMIT`]: the new commit index.
+    pub commit_index: u64,
+    /// With [`Actions::CLIENT_REPLY`]: the index whose client may be answered.
+    pub reply_index: u64,
+    /// With [`Actions::REPLY`] or [`Actions::BROADCAST`]: the header to send.
+    pub msg: Header,
+}
+
+const _: () = assert!(std::mem::size_of::<Output>() == 104);
+
+impl Output {
+    /// The halt reason, if the handler halted.
+    pub fn halt(&self) -> Option<HaltReason> {
+        HaltReason::from_u32(self.halt_reason)
+    }
+}
+
+/// Runs the C fast-path handler (`fp_handle`, the paper's Figure 4) on one decoded header.
+///
+/// Updates `regs` in place and returns what the caller must do. Pure: no allocation, no I/O,
+/// bounded work; the header's payload is never read (carry it along as the actions say).
+pub fn handle(regs: &mut Registers, hdr: &Header) -> Output {
+    let mut out = Output::default();
+    // SAFETY: the three pointers come from live, properly aligned Rust values whose layout is
+    // `#[repr(C)]` and checked against the C structs (sizes at compile time, every field
+    // offset in `ffi::tests`); `fp_handle` writes only `*r` and `*out`, reads only `*in`, keeps
+    // no pointer and always returns.
+    let rc = unsafe { crate::ffi::fp_handle(regs, hdr, &mut out) };
+    debug_assert_eq!(rc, 0);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_debug_prints_names() {
+        let a = Actions::RING_ENTRY | Actions::BROADCAST;
+        assert_eq!(format!("{a:?}"), "RING_ENTRY | BROADCAST");
+        assert_eq!(format!("{:?}", Actions::NONE), "NONE");
+        assert_eq!(format!("{:?}", Actions(0x100 | 64)), "DROP | 0x100");
+        assert_eq!(Actions::from_name("HALT"), Some(Actions::HALT));
+        assert_eq!(a.names(), vec!["RING_ENTRY", "BROADCAST"]);
+    }
+
+    #[test]
+    fn halt_reason_names() {
+        for r in HaltReason::ALL {
+            assert_eq!(HaltReason::from_name(r.name()), Some(r));
+            assert_eq!(HaltReason::from_u32(r as u32), Some(r));
+        }
+        assert_eq!(HaltReason::from_u32(0), None);
+    }
+
+    #[test]
+    fn disabled_goes_to_host() {
+        let mut r = Registers::default();
+        let out = handle(&mut r, &Header::of(crate::MsgType::ClientRequest));
+        assert_eq!(out.actions, Actions::TO_HOST);
+        assert_eq!(r, Registers::default());
+    }
+}
