@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use waverunner_sim::{run_seeds, Durability, SimOptions};
 
 #[derive(Parser)]
-#[command(name = "waverunner", version, about = "Linearizable replicated key-value service on Raft with an XDP fast path")]
+#[command(
+    name = "waverunner",
+    version,
+    about = "Linearizable replicated key-value service on Raft with an XDP fast path"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -73,7 +77,10 @@ fn parse_seeds(s: &str) -> Result<Range<u64>, String> {
         Some((a, b)) => {
             let (a, b) = (num(a)?, num(b)?);
             if b <= a {
-                return Err(format!("empty seed range {a}..{b}: the end is excluded, so write {a}..{}", a + 1));
+                return Err(format!(
+                    "empty seed range {a}..{b}: the end is excluded, so write {a}..{}",
+                    a + 1
+                ));
             }
             Ok(a..b)
         }

@@ -79,7 +79,10 @@ impl SimDataPlane {
     pub fn enable(&mut self, r: &DataPlaneRegisters) {
         assert!(!self.enabled(), "enable while enabled");
         assert!(self.ring.is_empty(), "enable with an undrained ring");
-        assert!(r.match_index.len() <= fp::MAX_NODES, "too many voters for the data plane");
+        assert!(
+            r.match_index.len() <= fp::MAX_NODES,
+            "too many voters for the data plane"
+        );
         let mut regs = fp::Registers {
             self_id: r.self_id,
             leader_id: r.leader_id,
@@ -169,7 +172,11 @@ impl SimDataPlane {
         if a.contains(fp::Actions::RING_COMMIT) {
             self.ring.push_back(RingRecord::Commit(out.commit_index));
             if self.regs.is_leader != 0 {
-                let done: Vec<Index> = self.pending.range(..=out.commit_index).map(|(&i, _)| i).collect();
+                let done: Vec<Index> = self
+                    .pending
+                    .range(..=out.commit_index)
+                    .map(|(&i, _)| i)
+                    .collect();
                 for i in done {
                     let w = self.pending.remove(&i).expect("pending entry");
                     fx.acked.push((w, i, self.regs.term));

@@ -101,7 +101,11 @@ enum Packet {
 enum Ev {
     Tick(NodeId, u64),
     Poll(NodeId, u64),
-    Deliver { from: NodeId, to: NodeId, pkt: Packet },
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        pkt: Packet,
+    },
     Client,
     Phase,
     Membership,
@@ -175,7 +179,10 @@ impl Sm {
         v
     }
     fn decode(b: &[u8]) -> Sm {
-        assert!(b.len() >= 16 && b.len() % 8 == 0, "snapshot data is malformed");
+        assert!(
+            b.len() >= 16 && b.len() % 8 == 0,
+            "snapshot data is malformed"
+        );
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
         Sm {
             applied: word(0),
@@ -262,7 +269,10 @@ fn halt_reason(code: u32) -> DisableReason {
 impl World {
     /// A world for `seed`.
     pub fn new(seed: u64, opts: SimOptions) -> World {
-        assert!((1..=fp::MAX_NODES).contains(&opts.nodes), "unsupported node count");
+        assert!(
+            (1..=fp::MAX_NODES).contains(&opts.nodes),
+            "unsupported node count"
+        );
         let mut w = World {
             rng: Rng::new(seed),
             now: 0,
@@ -294,8 +304,10 @@ impl World {
             };
             w.add_node(id, conf);
         }
-        w.schedule(w.rng.range(1_000, 3_000), Ev::Client);
-        w.schedule(w.rng.range(50_000, 150_000), Ev::Phase);
+        let first_client = w.rng.range(1_000, 3_000);
+        w.schedule(first_client, Ev::Client);
+        let first_phase = w.rng.range(50_000, 150_000);
+        w.schedule(first_phase, Ev::Phase);
         w
     }
 
@@ -374,7 +386,10 @@ impl World {
             let why = self.liveness_blocker();
             self.checker.report(
                 self.now,
-                format!("liveness: not recovered {} ms after faults healed: {why}", self.opts.heal_ms),
+                format!(
+                    "liveness: not recovered {} ms after faults healed: {why}",
+                    self.opts.heal_ms
+                ),
             );
         }
         self.stats.max_term = self
@@ -394,7 +409,9 @@ impl World {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Tick(id, inc) => {
-                let Some(n) = self.nodes.get_mut(&id) else { return };
+                let Some(n) = self.nodes.get_mut(&id) else {
+                    return;
+                };
                 if n.incarnation != inc || n.raft.is_none() {
                     return;
                 }
@@ -405,7 +422,9 @@ impl World {
                 self.schedule(TICK_US, Ev::Tick(id, inc));
             }
             Ev::Poll(id, inc) => {
-                let Some(n) = self.nodes.get_mut(&id) else { return };
+                let Some(n) = self.nodes.get_mut(&id) else {
+                    return;
+                };
                 if n.incarnation != inc {
                     return;
                 }
@@ -469,7 +488,9 @@ impl World {
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId, pkt: Packet) {
-        let Some(n) = self.nodes.get_mut(&to) else { return };
+        let Some(n) = self.nodes.get_mut(&to) else {
+            return;
+        };
         if n.raft.is_none() || n.paused || self.blocked.contains(&(from, to)) {
             return;
         }
@@ -488,7 +509,12 @@ impl World {
 
     /// A fast-path packet arrives at `id`: through the data plane first, as in XDP.
     fn fast_ingress(&mut self, id: NodeId, from: NodeId, hdr: fp::Header, payload: Vec<u8>) {
-        let fx = self.nodes.get_mut(&id).unwrap().dp.receive(from, &hdr, &payload);
+        let fx = self
+            .nodes
+            .get_mut(&id)
+            .unwrap()
+            .dp
+            .receive(from, &hdr, &payload);
         for (to, h, p) in fx.send {
             if to == id {
                 continue;
@@ -612,7 +638,8 @@ impl World {
         let regs = self.nodes[&id].dp.regs;
         let raft = self.nodes[&id].raft.as_ref().unwrap();
         if follower_last + 1 < raft.first_index() {
-            self.raft_mut(id).dataplane_halted(DisableReason::SnapshotNeeded);
+            self.raft_mut(id)
+                .dataplane_halted(DisableReason::SnapshotNeeded);
             return;
         }
         let hi = raft.last_index().min(follower_last + RETX_BATCH);
@@ -621,7 +648,9 @@ impl World {
             if e.term != regs.term {
                 continue;
             }
-            let Some(prev_term) = raft.term_of(e.index - 1) else { break };
+            let Some(prev_term) = raft.term_of(e.index - 1) else {
+                break;
+            };
             let hdr = fp::Header {
                 kind: fp::APPEND,
                 term: regs.term,
@@ -675,7 +704,10 @@ impl World {
                         match rec {
                             RingRecord::Append(e) => {
                                 if let Err(err) = raft.dataplane_append(e) {
-                                    self.checker.report(now, format!("node {id} refused drained entry: {err:?}"));
+                                    self.checker.report(
+                                        now,
+                                        format!("node {id} refused drained entry: {err:?}"),
+                                    );
                                 }
                             }
                             RingRecord::Commit(c) => raft.dataplane_commit(c),
@@ -690,7 +722,11 @@ impl World {
             // Persist.
             if let Some(s) = &rd.snapshot {
                 n.disk.entries.retain(|e| e.index > s.meta.index);
-                if n.disk.entries.first().is_some_and(|e| e.index != s.meta.index + 1) {
+                if n.disk
+                    .entries
+                    .first()
+                    .is_some_and(|e| e.index != s.meta.index + 1)
+                {
                     n.disk.entries.clear();
                 }
                 n.disk.snapshot = Some(s.clone());
@@ -705,7 +741,11 @@ impl World {
                 if first.index != expect {
                     self.checker.report(
                         now,
-                        format!("node {id}: ready entries start at {} but the disk ends at {}", first.index, expect - 1),
+                        format!(
+                            "node {id}: ready entries start at {} but the disk ends at {}",
+                            first.index,
+                            expect - 1
+                        ),
                     );
                 }
                 n.disk.entries.extend(rd.entries.iter().cloned());
@@ -725,8 +765,14 @@ impl World {
                 if let Some(w) = write_id(&e.data) {
                     if n.requests.remove(&w) {
                         self.stats.writes_acked += 1;
-                        self.checker
-                            .on_ack(now, w, e.index, e.term, entry_hash(e.kind, &e.data), false);
+                        self.checker.on_ack(
+                            now,
+                            w,
+                            e.index,
+                            e.term,
+                            entry_hash(e.kind, &e.data),
+                            false,
+                        );
                     }
                 }
             }
@@ -734,7 +780,10 @@ impl World {
             if commit < n.last_commit {
                 self.checker.report(
                     now,
-                    format!("monotonic commit: node {id} commit went from {} to {commit}", n.last_commit),
+                    format!(
+                        "monotonic commit: node {id} commit went from {} to {commit}",
+                        n.last_commit
+                    ),
                 );
             }
             n.last_commit = commit;
@@ -808,7 +857,12 @@ impl World {
     // ---------------------------------------------------------------- clients
 
     fn client_write(&mut self) {
-        let members: Vec<NodeId> = self.nodes.keys().copied().filter(|&i| self.alive(i)).collect();
+        let members: Vec<NodeId> = self
+            .nodes
+            .keys()
+            .copied()
+            .filter(|&i| self.alive(i))
+            .collect();
         let target = match self.leader() {
             Some(l) if self.rng.chance(0.85) => Some(l),
             _ => self.rng.pick(&members),
@@ -841,7 +895,13 @@ impl World {
 
     fn voters(&self) -> Vec<NodeId> {
         match self.leader() {
-            Some(l) => self.nodes[&l].raft.as_ref().unwrap().conf_state().voters.clone(),
+            Some(l) => self.nodes[&l]
+                .raft
+                .as_ref()
+                .unwrap()
+                .conf_state()
+                .voters
+                .clone(),
             None => self
                 .nodes
                 .values()
@@ -922,7 +982,8 @@ impl World {
         n.last_commit = 0;
         n.acked_persisted = 0;
         let inc = n.incarnation;
-        self.schedule(self.rng.range(0, TICK_US), Ev::Tick(id, inc));
+        let phase = self.rng.range(0, TICK_US);
+        self.schedule(phase, Ev::Tick(id, inc));
         self.drive(id);
     }
 
@@ -968,12 +1029,21 @@ impl World {
         if self.rng.chance(0.7) {
             self.heal_all();
         }
-        let live: Vec<NodeId> = self.nodes.keys().copied().filter(|&i| self.alive(i)).collect();
+        let live: Vec<NodeId> = self
+            .nodes
+            .keys()
+            .copied()
+            .filter(|&i| self.alive(i))
+            .collect();
         let leader = self.leader();
         match self.rng.range(0, 12) {
             0 => {}
             1 | 2 => {
-                let victim = if self.rng.chance(0.5) { leader } else { self.rng.pick(&live) };
+                let victim = if self.rng.chance(0.5) {
+                    leader
+                } else {
+                    self.rng.pick(&live)
+                };
                 if let Some(v) = victim {
                     if self.may_crash(v) {
                         self.crash(v);
@@ -981,7 +1051,11 @@ impl World {
                 }
             }
             3 => {
-                let victim = if self.rng.chance(0.6) { leader } else { self.rng.pick(&live) };
+                let victim = if self.rng.chance(0.6) {
+                    leader
+                } else {
+                    self.rng.pick(&live)
+                };
                 if let Some(v) = victim {
                     self.nodes.get_mut(&v).unwrap().paused = true;
                     self.stats.pauses += 1;
@@ -1002,7 +1076,11 @@ impl World {
                 self.partition(&side, false);
             }
             6 => {
-                let v = if self.rng.chance(0.5) { leader } else { self.rng.pick(&live) };
+                let v = if self.rng.chance(0.5) {
+                    leader
+                } else {
+                    self.rng.pick(&live)
+                };
                 if let Some(v) = v {
                     self.partition(&[v], true);
                 }
@@ -1018,7 +1096,11 @@ impl World {
             9 => {
                 if self.membership == MembershipOp::Idle {
                     let voters = self.voters();
-                    let pick = if self.rng.chance(0.3) { leader } else { self.rng.pick(&voters) };
+                    let pick = if self.rng.chance(0.3) {
+                        leader
+                    } else {
+                        self.rng.pick(&voters)
+                    };
                     if let Some(v) = pick.filter(|v| voters.contains(v)) {
                         self.membership = MembershipOp::Removing(v);
                         self.membership_since = self.now;
@@ -1087,15 +1169,16 @@ impl World {
             }
             MembershipOp::AddingLearner(id) => {
                 if conf.learners.contains(&id) && committed {
-                    let caught_up = self.nodes[&id]
-                        .raft
-                        .as_ref()
-                        .is_some_and(|r| r.last_index() + 8 >= self.nodes[&l].raft.as_ref().unwrap().last_index());
+                    let caught_up = self.nodes[&id].raft.as_ref().is_some_and(|r| {
+                        r.last_index() + 8 >= self.nodes[&l].raft.as_ref().unwrap().last_index()
+                    });
                     if caught_up {
                         self.membership = MembershipOp::Promoting(id);
                     }
                 } else if !conf.learners.contains(&id) && !conf.voters.contains(&id) {
-                    let _ = self.raft_mut(l).propose_conf_change(ConfChange::AddLearner(id));
+                    let _ = self
+                        .raft_mut(l)
+                        .propose_conf_change(ConfChange::AddLearner(id));
                     self.drive(l);
                 }
             }
@@ -1105,7 +1188,9 @@ impl World {
                     self.stats.membership_changes += 1;
                     return;
                 } else if !conf.voters.contains(&id) {
-                    let _ = self.raft_mut(l).propose_conf_change(ConfChange::AddVoter(id));
+                    let _ = self
+                        .raft_mut(l)
+                        .propose_conf_change(ConfChange::AddVoter(id));
                     self.drive(l);
                 }
             }
@@ -1126,25 +1211,56 @@ impl World {
 
     fn liveness_blocker(&self) -> String {
         let Some(l) = self.leader() else {
-            return "no leader".into();
+            return format!("no leader; {}", self.describe());
         };
         if self.membership != MembershipOp::Idle {
             return format!("membership change {:?} unfinished", self.membership);
         }
         let r = self.nodes[&l].raft.as_ref().unwrap();
         if self.opts.dataplane && !matches!(r.dataplane_state(), DataPlaneState::On { .. }) {
-            return format!("leader {l} has the data plane {:?}", r.dataplane_state());
+            return format!(
+                "leader {l} has the data plane {:?}; {}",
+                r.dataplane_state(),
+                self.describe()
+            );
         }
         match self.final_write {
             None => "final write not sent".into(),
             Some(w) => format!(
-                "final write {w} not applied everywhere (applied: {:?})",
+                "final write {w} not applied everywhere (applied: {:?}); {}",
                 self.members_live()
                     .iter()
                     .map(|&i| (i, self.nodes[&i].sm.writes.contains(&w)))
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>(),
+                self.describe()
             ),
         }
+    }
+
+    /// One line per replica: what an operator would want to see when a seed fails.
+    fn describe(&self) -> String {
+        let mut out = String::new();
+        for n in self.nodes.values() {
+            match &n.raft {
+                None => out.push_str(&format!("[{} down removed={}] ", n.id, n.removed)),
+                Some(r) => out.push_str(&format!(
+                    "[{} {:?} term={} leader={} commit={} last={} first={} applied={} conf={:?}/{:?} dp={:?} paused={}] ",
+                    n.id,
+                    r.role(),
+                    r.term(),
+                    r.leader(),
+                    r.commit_index(),
+                    r.last_index(),
+                    r.first_index(),
+                    n.sm.applied,
+                    r.conf_state().voters,
+                    r.conf_state().learners,
+                    r.dataplane_state(),
+                    n.paused
+                )),
+            }
+        }
+        out
     }
 
     fn heal_check(&mut self) {
@@ -1193,14 +1309,18 @@ impl World {
                     }
                     return;
                 }
-                let everywhere = members.iter().all(|&i| self.nodes[&i].sm.writes.contains(&w));
+                let everywhere = members
+                    .iter()
+                    .all(|&i| self.nodes[&i].sm.writes.contains(&w));
                 if !everywhere {
                     return;
                 }
                 // Every acknowledged write is in every live member's state machine.
                 let acked: Vec<u64> = self.checker.acked().keys().copied().collect();
                 for &i in &members {
-                    if let Some(&missing) = acked.iter().find(|w| !self.nodes[&i].sm.writes.contains(w)) {
+                    if let Some(&missing) =
+                        acked.iter().find(|w| !self.nodes[&i].sm.writes.contains(w))
+                    {
                         self.checker.report(
                             self.now,
                             format!("acknowledged write {missing} is missing from node {i}'s state machine"),

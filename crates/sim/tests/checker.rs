@@ -48,7 +48,10 @@ fn an_acknowledged_write_overwritten_later_is_reported_lost() {
     let mut c = Checker::default();
     c.on_ack(1, 77, 9, 4, entry_hash(EntryKind::Normal, b"w77"), true);
     c.on_decided(2, 2, 9, 5, entry_hash(EntryKind::Normal, b"other"));
-    assert!(c.violations.iter().any(|v| v.contains("acknowledged write 77")));
+    assert!(c
+        .violations
+        .iter()
+        .any(|v| v.contains("acknowledged write 77")));
 }
 
 #[test]
@@ -69,5 +72,8 @@ fn a_leader_missing_a_decided_entry_violates_leader_completeness() {
     let mut ok = Checker::default();
     ok.on_decided(1, 1, 1, 1, 11);
     ok.check_leader_complete(2, 3, 1, |_| None);
-    assert!(ok.violations.is_empty(), "entries under the snapshot are covered");
+    assert!(
+        ok.violations.is_empty(),
+        "entries under the snapshot are covered"
+    );
 }

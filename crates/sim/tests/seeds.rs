@@ -17,9 +17,15 @@ fn check(nodes: usize, durability: Durability, dataplane: bool) {
             "seed {seed} ({nodes} nodes, {durability:?}, dataplane {dataplane}): {:#?}",
             r.violations
         );
-        assert!(r.stats.writes_acked > 0, "seed {seed}: no write was acknowledged");
+        assert!(
+            r.stats.writes_acked > 0,
+            "seed {seed}: no write was acknowledged"
+        );
         if dataplane {
-            assert!(r.stats.dataplane_enables > 0, "seed {seed}: the data plane never enabled");
+            assert!(
+                r.stats.dataplane_enables > 0,
+                "seed {seed}: the data plane never enabled"
+            );
         }
     }
 }
@@ -44,6 +50,9 @@ fn same_seed_same_run() {
     let opts = SimOptions::default();
     let a = run_seed(42, &opts);
     let b = run_seed(42, &opts);
-    assert_eq!(a.stats.events, b.stats.events, "the simulation is deterministic");
+    assert_eq!(
+        a.stats.events, b.stats.events,
+        "the simulation is deterministic"
+    );
     assert_eq!(a.stats.writes_acked, b.stats.writes_acked);
 }
