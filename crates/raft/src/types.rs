@@ -21,18 +21,24 @@ pub enum EntryKind {
 /// One log entry.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Entry {
+    /// Term of the leader that created the entry.
     pub term: Term,
+    /// Position in the log.
     pub index: Index,
+    /// What `data` is.
     pub kind: EntryKind,
+    /// The payload.
     pub data: Vec<u8>,
 }
 
 /// The state that must be persisted before messages of the same ready batch are sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct HardState {
+    /// Latest term seen.
     pub term: Term,
     /// Candidate voted for in `term`, 0 for none.
     pub vote: NodeId,
+    /// Highest index known committed.
     pub commit: Index,
 }
 
@@ -48,6 +54,7 @@ pub struct ConfState {
 /// A single-server membership change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConfChange {
+    /// Add a non-voting member that receives the log.
     AddLearner(NodeId),
     /// Promote a learner (or add directly) as a voter.
     AddVoter(NodeId),
@@ -159,15 +166,20 @@ impl ConfState {
 /// Metadata of a snapshot: the state covers the log up to and including `index`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SnapshotMeta {
+    /// Index of the last entry covered.
     pub index: Index,
+    /// Term of the last entry covered.
     pub term: Term,
+    /// Membership as of `index`.
     pub conf: ConfState,
 }
 
 /// A state-machine snapshot with its metadata.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Snapshot {
+    /// What the snapshot covers.
     pub meta: SnapshotMeta,
+    /// The state machine's serialized state.
     pub data: Vec<u8>,
 }
 
@@ -187,42 +199,74 @@ pub enum CampaignKind {
 /// A message between replicas. `term == 0` only on messages that carry no term.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
+    /// Sender.
     pub from: NodeId,
+    /// Recipient.
     pub to: NodeId,
+    /// Sender's term (a pre-vote carries the term it would campaign in).
     pub term: Term,
+    /// The payload.
     pub body: MessageBody,
 }
 
 /// The message kinds of the control plane.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)] // variant fields: `last_index`/`last_term` describe the sender's log
 pub enum MessageBody {
+    /// Would you vote for me in `term` (the message's term)? Changes no state.
     PreVote { last_index: Index, last_term: Term },
+    /// Answer to a pre-vote.
     PreVoteResponse { reject: bool },
-    Vote { last_index: Index, last_term: Term, kind: CampaignKind },
+    /// RequestVote (§5.2).
+    Vote {
+        last_index: Index,
+        last_term: Term,
+        kind: CampaignKind,
+    },
     /// `accelerated`: the voter granted and enabled its data plane for this term.
     VoteResponse { reject: bool, accelerated: bool },
-    Append { prev_index: Index, prev_term: Term, entries: Vec<Entry>, commit: Index },
+    /// AppendEntries (§5.3): `entries` follow (`prev_index`, `prev_term`); `commit` is the
+    /// leader's commit index capped at the last entry sent.
+    Append {
+        prev_index: Index,
+        prev_term: Term,
+        entries: Vec<Entry>,
+        commit: Index,
+    },
     /// Success: `index` is the follower's new match index. Reject: `index` is the rejected
     /// `prev_index`, `hint_index`/`hint_term` let the leader skip back (fast backtracking).
     /// `recovering`: the sender restarted without its log and may not vote yet.
-    AppendResponse { reject: bool, index: Index, hint_index: Index, hint_term: Term, recovering: bool },
+    AppendResponse {
+        reject: bool,
+        index: Index,
+        hint_index: Index,
+        hint_term: Term,
+        recovering: bool,
+    },
     /// Leader heartbeat; `context` is non-empty when it confirms a ReadIndex round.
     Heartbeat { commit: Index, context: Vec<u8> },
+    /// Answer to a heartbeat, echoing its context.
     HeartbeatResponse { context: Vec<u8> },
+    /// InstallSnapshot (§7), sent whole.
     InstallSnapshot { snapshot: Snapshot },
     /// Leader transfer: campaign now, forced.
     TimeoutNow,
     /// A follower forwarding a ReadIndex request to the leader.
     ReadIndex { context: Vec<u8> },
+    /// The leader's answer: the read may be served once `index` is applied.
     ReadIndexResponse { context: Vec<u8>, index: Index },
 }
 
 /// The role of a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
+    /// Follows a leader (or waits for one).
     Follower,
+    /// Runs a pre-vote round (term unchanged).
     PreCandidate,
+    /// Runs an election in a new term.
     Candidate,
+    /// Leads its term.
     Leader,
     /// A replica that restarted without its log (durability `memory`): it follows, acknowledges,
     /// but does not vote or campaign until it has caught up with a leader of the current term.
@@ -232,14 +276,18 @@ pub enum Role {
 /// Volatile state reported when it changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SoftState {
+    /// Known leader, 0 if none.
     pub leader: NodeId,
+    /// Current role.
     pub role: Role,
 }
 
 /// A read that is safe to serve once the applied index reaches `index`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadState {
+    /// The commit index the read must wait for.
     pub index: Index,
+    /// The context given to `read_index`.
     pub context: Vec<u8>,
 }
 
@@ -272,12 +320,19 @@ pub enum DisableReason {
 /// (the paper's CSRs, Appendix C).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DataPlaneRegisters {
+    /// This replica.
     pub self_id: NodeId,
+    /// The leader of the enabled term.
     pub leader_id: NodeId,
+    /// Whether this replica leads.
     pub is_leader: bool,
+    /// The enabled term (currentTerm).
     pub term: Term,
+    /// lastLogIndex.
     pub last_index: Index,
+    /// lastLogTerm.
     pub last_term: Term,
+    /// commitIndex.
     pub commit_index: Index,
     /// First index of the enabled term; the data plane counts commits only from here.
     pub term_start_index: Index,
@@ -304,13 +359,21 @@ pub enum DataPlaneCommand {
 /// `messages`, (4) apply `committed_entries`, then call `Raft::advance`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ready {
+    /// Role or leader changed.
     pub soft_state: Option<SoftState>,
+    /// Term, vote or commit changed: persist.
     pub hard_state: Option<HardState>,
+    /// A snapshot received from the leader: persist and restore the state machine from it.
     pub snapshot: Option<Snapshot>,
+    /// Entries to persist (they replace stored entries at the same or higher indexes).
     pub entries: Vec<Entry>,
+    /// Messages to send after persisting.
     pub messages: Vec<Message>,
+    /// Entries to apply, in order, each exactly once.
     pub committed_entries: Vec<Entry>,
+    /// Reads that may be served once their index is applied.
     pub read_states: Vec<ReadState>,
+    /// Data-plane command, applied first.
     pub dataplane: Option<DataPlaneCommand>,
     /// While the data plane is enabled on the leader: client payloads (and empty heartbeats)
     /// that the host must push through the data plane as client requests, in order.
