@@ -65,6 +65,9 @@ struct SimArgs {
     /// Print one line per seed.
     #[arg(long)]
     verbose: bool,
+    /// Print every notable event (roles, faults, membership) of each seed to standard error.
+    #[arg(long)]
+    trace: bool,
 }
 
 fn parse_seeds(s: &str) -> Result<Range<u64>, String> {
@@ -109,6 +112,7 @@ fn sim(a: SimArgs) -> ExitCode {
         dataplane: matches!(a.dataplane, OnOff::On),
         fault_ms: a.fault_ms,
         heal_ms: a.heal_ms,
+        trace: a.trace,
     };
     let dname = match a.durability {
         DurabilityArg::Memory => "memory",

@@ -110,7 +110,10 @@ pub struct Bootstrap {
     /// Persisted term, vote and commit.
     pub hard_state: HardState,
     /// Initial membership, used when there is no snapshot (conf entries in `entries` apply on
-    /// top). A joining replica may start with an empty configuration.
+    /// top). Every replica, a joining one included, must start from the group's initial
+    /// membership (a joining replica's own id need not be in it): the conf-change entries of
+    /// the log are applied on top of it, so a joining replica that started empty and then
+    /// received the log from index 1 would compute a wrong membership.
     pub conf: ConfState,
     /// The latest persisted snapshot.
     pub snapshot: Option<Snapshot>,

@@ -725,7 +725,14 @@ impl Raft {
         if m.to != self.cfg.id {
             return Err(StepError::WrongRecipient { to: m.to });
         }
-        if m.from == 0 || m.from == self.cfg.id || !self.is_known_sender(m.from) {
+        if m.from == 0 || m.from == self.cfg.id {
+            return Err(StepError::UnknownSender { from: m.from });
+        }
+        // A replica's configuration may be stale (it restarted without its log, or missed a
+        // change), so leader traffic and vote requests from outside it are Raft-legal and must
+        // be handled. Only TimeoutNow, which bypasses the election timer, needs a known sender;
+        // responses from strangers find no progress entry and are ignored.
+        if matches!(m.body, MessageBody::TimeoutNow) && !self.is_known_sender(m.from) {
             return Err(StepError::UnknownSender { from: m.from });
         }
         if m.term == 0 {

@@ -46,6 +46,8 @@ pub struct SimOptions {
     /// Simulated time allowed, after every fault heals, to elect a leader, commit a new write on
     /// every replica and (with a data plane) re-enable acceleration, in ms.
     pub heal_ms: u64,
+    /// Print the run's notable events (roles, faults, membership) to standard error.
+    pub trace: bool,
 }
 
 impl Default for SimOptions {
@@ -56,6 +58,7 @@ impl Default for SimOptions {
             dataplane: true,
             fault_ms: 1_500,
             heal_ms: 3_000,
+            trace: false,
         }
     }
 }
@@ -362,6 +365,12 @@ impl World {
         self.schedule(phase, Ev::Tick(id, 1));
     }
 
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.opts.trace {
+            eprintln!("{:>9}us {}", self.now, what());
+        }
+    }
+
     fn schedule(&mut self, after: u64, ev: Ev) {
         self.seq += 1;
         self.queue.push(Reverse(Scheduled {
@@ -604,7 +613,9 @@ impl World {
                             kind: EntryKind::Normal,
                             data: payload,
                         }],
-                        commit: hdr.commit,
+                        // Raft's follower takes min(leader commit, last new entry); a
+                        // retransmitted append may carry a commit beyond its one entry.
+                        commit: hdr.commit.min(hdr.index + 1),
                     },
                 };
                 let _ = self.raft_mut(id).step(m);
@@ -683,6 +694,17 @@ impl World {
             let rd = raft.ready();
 
             if let Some(ss) = rd.soft_state {
+                if self.opts.trace {
+                    eprintln!(
+                        "{now:>9}us node {id} {:?} term {} leader {} last {} commit {} conf {:?}",
+                        ss.role,
+                        raft.term(),
+                        ss.leader,
+                        raft.last_index(),
+                        raft.commit_index(),
+                        raft.conf_state()
+                    );
+                }
                 if ss.role == Role::Leader {
                     let term = raft.term();
                     self.checker.on_leader(now, id, term);
@@ -937,6 +959,7 @@ impl World {
 
     fn crash(&mut self, id: NodeId) {
         let lose_log = self.opts.durability == Durability::Memory;
+        self.trace(|| format!("node {id} crashes (log lost: {lose_log})"));
         let n = self.nodes.get_mut(&id).unwrap();
         if n.raft.is_none() || n.removed {
             return;
@@ -967,6 +990,18 @@ impl World {
         let n = self.nodes.get_mut(&id).unwrap();
         if n.raft.is_some() || n.removed {
             return;
+        }
+        if self.opts.trace {
+            eprintln!(
+                "{:>9}us node {id} restarts: hard state {:?}, snapshot at {:?}, {} entries",
+                self.now,
+                n.disk.hard,
+                n.disk
+                    .snapshot
+                    .as_ref()
+                    .map(|s| (s.meta.index, s.meta.conf.clone())),
+                n.disk.entries.len()
+            );
         }
         if let Some(s) = &n.disk.snapshot {
             n.sm = Sm::decode(&s.data);
@@ -1036,7 +1071,9 @@ impl World {
             .filter(|&i| self.alive(i))
             .collect();
         let leader = self.leader();
-        match self.rng.range(0, 12) {
+        let fault = self.rng.range(0, 12);
+        self.trace(|| format!("phase: fault {fault}, leader {leader:?}"));
+        match fault {
             0 => {}
             1 | 2 => {
                 let victim = if self.rng.chance(0.5) {
@@ -1135,6 +1172,7 @@ impl World {
 
     fn drive_membership(&mut self) {
         let op = self.membership;
+        self.trace(|| format!("membership {op:?}"));
         if op == MembershipOp::Idle {
             return;
         }
@@ -1159,7 +1197,11 @@ impl World {
                     }
                     let id = self.next_node_id;
                     self.next_node_id += 1;
-                    self.add_node(id, ConfState::default());
+                    let initial = ConfState {
+                        voters: self.initial_voters.clone(),
+                        learners: vec![],
+                    };
+                    self.add_node(id, initial);
                     self.membership = MembershipOp::AddingLearner(id);
                     self.stats.membership_changes += 1;
                 } else if conf.voters.contains(&v) {
