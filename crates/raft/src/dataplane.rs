@@ -167,35 +167,63 @@ impl Raft {
     }
 
     /// Leader tick while Off: run RequestVoteFPGA when everything is synchronized.
-    pub(crate) fn maybe_enable_dataplane(&mut self) {
-        if !self.cfg.dataplane || self.dp.state != DataPlaneState::Off || self.role != Role::Leader
-        {
-            return;
+    /// Why the data plane is not being enabled now, or `None` when it may be (leader only;
+    /// operators see this in status).
+    pub fn dataplane_blocker(&self) -> Option<&'static str> {
+        if !self.cfg.dataplane {
+            return Some("no data plane configured");
+        }
+        if self.dp.state != DataPlaneState::Off {
+            return Some("data plane not off");
+        }
+        if self.role != Role::Leader {
+            return Some("not leader");
         }
         if self.dp.backoff_elapsed < self.cfg.enable_backoff_ticks {
-            return;
+            return Some("backing off after the last attempt");
         }
         let last = self.log.last_index();
         let commit = self.log.committed();
-        if self.log.term(commit) != Some(self.term) || commit != last || self.log.stable() != last {
-            return;
+        if self.log.term(commit) != Some(self.term) {
+            return Some("no entry of this term committed");
+        }
+        if commit != last {
+            return Some("uncommitted entries");
+        }
+        if self.log.stable() != last {
+            return Some("unpersisted entries");
         }
         let conf = self.conf_state();
         let latest_conf_index = self.confs.last().expect("non-empty").0;
-        if !conf.learners.is_empty()
-            || !conf.is_voter(self.cfg.id)
-            || latest_conf_index > commit
-            || self.transferee != 0
-            || !self.read_only.is_empty()
-        {
-            return;
+        if !conf.learners.is_empty() {
+            return Some("learners present");
         }
-        let synced = conf.voters.iter().filter(|v| **v != self.cfg.id).all(|v| {
-            self.prs
-                .get(v)
-                .is_some_and(|p| p.recent_active && p.matched == last && !p.recovering)
-        });
-        if !synced {
+        if !conf.is_voter(self.cfg.id) {
+            return Some("leader is not a voter");
+        }
+        if latest_conf_index > commit {
+            return Some("membership change pending");
+        }
+        if self.transferee != 0 {
+            return Some("leader transfer in progress");
+        }
+        if !self.read_only.is_empty() {
+            return Some("reads pending");
+        }
+        for v in conf.voters.iter().filter(|v| **v != self.cfg.id) {
+            match self.prs.get(v) {
+                None => return Some("a voter has no progress"),
+                Some(p) if !p.recent_active => return Some("a voter is not recently active"),
+                Some(p) if p.matched != last => return Some("a voter is not synchronized"),
+                Some(p) if p.recovering => return Some("a voter is recovering"),
+                Some(_) => {}
+            }
+        }
+        None
+    }
+
+    pub(crate) fn maybe_enable_dataplane(&mut self) {
+        if self.dataplane_blocker().is_some() {
             return;
         }
         self.counters.dataplane_enable_attempts += 1;

@@ -64,6 +64,10 @@ pub enum ProposeError {
     NotCommittedInTerm,
     /// The change does not apply to the current configuration.
     InvalidConfChange,
+    /// After the change, fewer voters than a quorum would be up and able to vote (recently
+    /// heard from and not recovering a lost log): the group would stall. Bring replicas back
+    /// first (etcd calls this check strict reconfiguration).
+    WouldLoseQuorum,
     /// The transfer target is not a voter or cannot become leader.
     InvalidTransferTarget,
 }

@@ -1075,6 +1075,10 @@ impl Raft {
             && self.log.term(self.log.committed()) == Some(self.term)
         {
             self.role = Role::Follower;
+            // Tell the leader now: it counts this replica as recovering until an append
+            // response says otherwise, and an idle leader sends only heartbeats.
+            let (leader, commit) = (self.leader, self.log.committed());
+            self.append_response(leader, false, commit, 0, 0);
         }
     }
 
@@ -1273,8 +1277,9 @@ impl Raft {
                 pr.become_probe(); // the snapshot was probably lost
             }
         }
-        if pr.matched < last {
-            // Possibly lost appends: an (even empty) append makes the follower reveal its log.
+        if pr.matched < last || pr.recovering {
+            // Possibly lost appends, or a recovering replica whose "caught up" answer may have
+            // been lost: an (even empty) append makes the follower reveal its log and state.
             self.send_all(from, true);
         }
         if !context.is_empty() {
@@ -1442,13 +1447,37 @@ impl Raft {
         {
             return Err(ProposeError::ConfChangePending);
         }
-        if self.conf_state().apply(cc).is_none() {
+        let Some(next) = self.conf_state().apply(cc) else {
             return Err(ProposeError::InvalidConfChange);
+        };
+        let able = next
+            .voters
+            .iter()
+            .filter(|&&v| v == self.cfg.id || self.can_vote_now(v))
+            .count();
+        if able < next.voters.len() / 2 + 1 {
+            return Err(ProposeError::WouldLoseQuorum);
         }
         let index = self.append_leader_entry(EntryKind::ConfChange, cc.encode());
         self.pending_conf_index = index;
         self.bcast_append();
         Ok(index)
+    }
+
+    /// Leader's view: `id` was heard from within an election timeout, is not recovering a
+    /// lost log, and is caught up to within one batch of the leader's log.
+    fn can_vote_now(&self, id: NodeId) -> bool {
+        let now = self.now;
+        let window = u64::from(self.cfg.election_tick);
+        let last = self.log.last_index();
+        let batch = self.cfg.max_entries_per_msg as Index;
+        self.prs.get(&id).is_some_and(|pr| {
+            !pr.recovering
+                && pr
+                    .last_active_tick
+                    .is_some_and(|t| now.saturating_sub(t) <= window)
+                && pr.matched + batch >= last
+        })
     }
 
     // ----------------------------------------------------------------- proposals

@@ -183,7 +183,7 @@ impl Sm {
     }
     fn decode(b: &[u8]) -> Sm {
         assert!(
-            b.len() >= 16 && b.len() % 8 == 0,
+            b.len() >= 16 && b.len().is_multiple_of(8),
             "snapshot data is malformed"
         );
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
@@ -1300,6 +1300,21 @@ impl World {
                     r.dataplane_state(),
                     n.paused
                 )),
+            }
+            if let Some(r) = n.raft.as_ref().filter(|r| r.role() == Role::Leader) {
+                let c = r.counters();
+                out.push_str(&format!(
+                    "(leader view: enable attempts {} enables {} disables {}, blocker {:?}; progress {:?}) ",
+                    c.dataplane_enable_attempts,
+                    c.dataplane_enables,
+                    c.dataplane_disables,
+                    r.dataplane_blocker(),
+                    r.conf_state()
+                        .voters
+                        .iter()
+                        .map(|&v| (v, r.progress(v), r.progress_state(v)))
+                        .collect::<Vec<_>>()
+                ));
             }
         }
         out
