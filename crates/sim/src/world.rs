@@ -447,6 +447,9 @@ impl World {
             }
             Ev::Deliver { from, to, pkt } => self.deliver(from, to, pkt),
             Ev::Client => {
+                if self.healing {
+                    return;
+                }
                 self.client_write();
                 let gap = self.rng.range(300, 1_500);
                 if !self.healing {
@@ -941,20 +944,31 @@ impl World {
         if self.opts.durability == Durability::Fsync {
             return true;
         }
-        let voters = self.voters();
-        let up = voters
-            .iter()
-            .filter(|&&v| v != victim)
-            .filter(|&&v| {
-                self.nodes.get(&v).is_some_and(|n| {
-                    n.raft
-                        .as_ref()
-                        .is_some_and(|r| r.role() != Role::Recovering)
-                        && !n.removed
+        // Every configuration a live replica holds (an uncommitted change included) could be
+        // the one that has to elect the next leader: each must keep a majority up.
+        let mut confs: Vec<Vec<NodeId>> = self
+            .nodes
+            .values()
+            .filter(|n| !n.removed)
+            .filter_map(|n| n.raft.as_ref())
+            .map(|r| r.conf_state().voters.clone())
+            .collect();
+        confs.push(self.voters());
+        confs.iter().all(|voters| {
+            let up = voters
+                .iter()
+                .filter(|&&v| v != victim)
+                .filter(|&&v| {
+                    self.nodes.get(&v).is_some_and(|n| {
+                        n.raft
+                            .as_ref()
+                            .is_some_and(|r| r.role() != Role::Recovering)
+                            && !n.removed
+                    })
                 })
-            })
-            .count();
-        up > voters.len() / 2
+                .count();
+            up > voters.len() / 2
+        })
     }
 
     fn crash(&mut self, id: NodeId) {
@@ -1372,8 +1386,16 @@ impl World {
                 if !everywhere {
                     return;
                 }
-                // Every acknowledged write is in every live member's state machine.
-                let acked: Vec<u64> = self.checker.acked().keys().copied().collect();
+                // Every write acknowledged at or below the final write's index is in every
+                // live member's state machine (each has applied at least that far).
+                let final_index = self.checker.acked()[&w].0;
+                let acked: Vec<u64> = self
+                    .checker
+                    .acked()
+                    .iter()
+                    .filter(|(_, a)| a.0 <= final_index)
+                    .map(|(&w, _)| w)
+                    .collect();
                 for &i in &members {
                     if let Some(&missing) =
                         acked.iter().find(|w| !self.nodes[&i].sm.writes.contains(w))
