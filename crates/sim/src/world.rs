@@ -954,6 +954,15 @@ impl World {
             .map(|r| r.conf_state().voters.clone())
             .collect();
         confs.push(self.voters());
+        // A change the driver is about to propose counts too: the leader's strict check can
+        // not see a crash that happened a moment before it accepted the change.
+        let mut next = self.voters();
+        match self.membership {
+            MembershipOp::Removing(v) => next.retain(|&x| x != v),
+            MembershipOp::Promoting(v) => next.push(v),
+            _ => {}
+        }
+        confs.push(next);
         confs.iter().all(|voters| {
             let up = voters
                 .iter()
