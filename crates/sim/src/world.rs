@@ -248,6 +248,12 @@ pub struct World {
     loss: f64,
     dup: f64,
     max_delay: u64,
+    /// Per seed: entries per append (small batches split what a leader sends, exposing
+    /// partially replicated terms), the base network delay bound, and the phase length range
+    /// (short phases make a fault storm).
+    batch: usize,
+    base_delay: u64,
+    phase_us: (u64, u64),
     next_write: u64,
     membership: MembershipOp,
     membership_since: u64,
@@ -288,6 +294,9 @@ impl World {
             loss: 0.0,
             dup: 0.0,
             max_delay: 200,
+            batch: 32,
+            base_delay: 200,
+            phase_us: (80_000, 300_000),
             next_write: 1,
             membership: MembershipOp::Idle,
             membership_since: 0,
@@ -299,6 +308,12 @@ impl World {
             seed,
             opts,
         };
+        w.batch = [1, 2, 8, 32][w.rng.range(0, 4) as usize];
+        w.base_delay = [200, 1_000, 3_000][w.rng.range(0, 3) as usize];
+        w.max_delay = w.base_delay;
+        if w.rng.chance(0.5) {
+            w.phase_us = (5_000, 40_000);
+        }
         let voters = w.initial_voters.clone();
         for id in voters.clone() {
             let conf = ConfState {
@@ -319,7 +334,7 @@ impl World {
             id,
             election_tick: 10,
             heartbeat_tick: 2,
-            max_entries_per_msg: 32,
+            max_entries_per_msg: self.batch,
             max_bytes_per_msg: 64 * 1024,
             max_inflight_msgs: 16,
             pre_vote: true,
@@ -746,14 +761,9 @@ impl World {
 
             // Persist.
             if let Some(s) = &rd.snapshot {
-                n.disk.entries.retain(|e| e.index > s.meta.index);
-                if n.disk
-                    .entries
-                    .first()
-                    .is_some_and(|e| e.index != s.meta.index + 1)
-                {
-                    n.disk.entries.clear();
-                }
+                // An installed snapshot replaces the whole log: entries after it on disk may
+                // belong to a term the snapshot's history overwrote.
+                n.disk.entries.clear();
                 n.disk.snapshot = Some(s.clone());
                 n.sm = Sm::decode(&s.data);
                 assert_eq!(n.sm.applied, s.meta.index, "snapshot state at its index");
@@ -1049,7 +1059,7 @@ impl World {
         self.blocked.clear();
         self.loss = 0.0;
         self.dup = 0.0;
-        self.max_delay = 200;
+        self.max_delay = self.base_delay;
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             let n = self.nodes.get_mut(&id).unwrap();
@@ -1189,7 +1199,7 @@ impl World {
                 }
             }
         }
-        let next = self.rng.range(80_000, 300_000);
+        let next = self.rng.range(self.phase_us.0, self.phase_us.1);
         self.schedule(next, Ev::Phase);
     }
 
