@@ -97,6 +97,8 @@ pub struct Progress {
     pub last_active_tick: Option<u64>,
     /// The member reported it restarted without its log and is catching up.
     pub recovering: bool,
+    /// Election timeouts in a row this recovering member was caught up yet still recovering.
+    pub recovery_stuck: u8,
     /// The member is a learner (does not vote).
     pub is_learner: bool,
     /// The pipelining window.
@@ -117,6 +119,7 @@ impl Progress {
             recent_active: false,
             last_active_tick: None,
             recovering: false,
+            recovery_stuck: 0,
             is_learner,
             inflights: Inflights::new(inflight_cap),
         }

@@ -49,6 +49,9 @@ pub struct Counters {
     pub check_quorum_step_downs: u64,
     /// Leader transfers aborted after an election timeout.
     pub transfers_aborted: u64,
+    /// Times this leader re-elected itself in a new term so that a caught-up recovering
+    /// replica could finish recovery (it needs an entry of a term newer than its restart).
+    pub recovery_reelections: u64,
     /// Forwarded reads this leader could not serve (the follower retries).
     pub reads_dropped: u64,
 }
@@ -97,6 +100,9 @@ pub struct Raft {
     prev_soft: SoftState,
     prev_hard: HardState,
     pub(crate) dp: DataPlane,
+    /// Term persisted when this replica restarted without its log (0 if it did not): it has
+    /// caught up only with an entry of a newer term (see `maybe_finish_recovery`).
+    restart_term: Term,
 }
 
 impl Raft {
@@ -176,6 +182,7 @@ impl Raft {
             prev_soft: SoftState { leader: 0, role },
             prev_hard: hs,
             dp: DataPlane::new(config.enable_backoff_ticks),
+            restart_term: if boot.log_lost { hs.term } else { 0 },
             cfg: config,
         };
         r.apply_conf_entries(&entries);
@@ -633,6 +640,9 @@ impl Raft {
                 self.become_follower(t, 0);
                 return;
             }
+            if self.maybe_reelect_for_recovery() {
+                return;
+            }
             for pr in self.prs.values_mut() {
                 pr.recent_active = false;
             }
@@ -649,6 +659,47 @@ impl Raft {
             self.bcast_heartbeat();
         }
         self.maybe_enable_dataplane();
+    }
+
+    /// A voter that restarted without its log in this very term finishes recovery only with
+    /// an entry of a newer term. When such a voter has caught up (for two election timeouts in
+    /// a row, so a lagging commit index is not mistaken for it), the leader re-elects itself
+    /// in a new term, forced, as it does to enable the data plane. Only when the other voters
+    /// can elect it: a quorum of non-recovering voters, itself included, is recently active.
+    fn maybe_reelect_for_recovery(&mut self) -> bool {
+        let committed = self.log.committed();
+        if self.log.term(committed) != Some(self.term) {
+            return false;
+        }
+        let mut stuck = false;
+        for (&id, pr) in self.prs.iter_mut() {
+            if id == self.cfg.id || pr.is_learner {
+                continue;
+            }
+            if pr.recovering && pr.matched >= committed {
+                pr.recovery_stuck = pr.recovery_stuck.saturating_add(1);
+                stuck |= pr.recovery_stuck >= 2;
+            } else {
+                pr.recovery_stuck = 0;
+            }
+        }
+        if !stuck {
+            return false;
+        }
+        let me = self.cfg.id;
+        let able = quorum::has_quorum(&self.voters(), |v| {
+            v == me
+                || self
+                    .prs
+                    .get(&v)
+                    .is_some_and(|p| p.recent_active && !p.recovering)
+        });
+        if !able {
+            return false;
+        }
+        self.counters.recovery_reelections += 1;
+        self.run_campaign(CampaignKind::Forced);
+        true
     }
 
     pub(crate) fn quorum_active(&self) -> bool {
@@ -1068,10 +1119,16 @@ impl Raft {
     }
 
     /// A recovering replica becomes a follower once its commit index points to an entry of
-    /// the current leader's term: every entry committed before that term is then in its log.
+    /// the current leader's term, and that term is newer than the term it restarted in. Every
+    /// entry committed with an acknowledgement it lost was committed in a term no newer than
+    /// its restart term, so it precedes the current leader's first entry in the leader's log
+    /// (Leader Completeness), and the replica's log equals the leader's up to its commit index.
+    /// (A term merely equal to the restart term is not enough: its leader may have committed
+    /// entries after the replica's commit index with the replica's lost acknowledgements.)
     fn maybe_finish_recovery(&mut self) {
         if self.role == Role::Recovering
             && self.leader != 0
+            && self.term > self.restart_term
             && self.log.term(self.log.committed()) == Some(self.term)
         {
             self.role = Role::Follower;
@@ -1216,8 +1273,9 @@ impl Raft {
         };
         pr.recent_active = true;
         pr.last_active_tick = Some(now);
-        if recovering && !pr.recovering {
-            // It restarted without its log: what it matched before is gone.
+        if recovering && (!pr.recovering || (reject && index <= pr.matched)) {
+            // It restarted without its log (maybe again, while already recovering): what it
+            // matched before is gone. A lower match is always safe; it only costs a probe.
             pr.matched = 0;
             pr.become_probe();
         }

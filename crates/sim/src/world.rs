@@ -1171,7 +1171,23 @@ impl World {
                     } else {
                         self.rng.pick(&voters)
                     };
-                    if let Some(v) = pick.filter(|v| voters.contains(v)) {
+                    // An operator removes a replica only while the configuration left behind
+                    // has a majority up (the leader's own check cannot see a crash that
+                    // happened a moment ago).
+                    let healthy = |w: &World, x: NodeId| {
+                        w.nodes.get(&x).is_some_and(|n| {
+                            !n.removed
+                                && n.raft
+                                    .as_ref()
+                                    .is_some_and(|r| r.role() != Role::Recovering)
+                        })
+                    };
+                    let ok = |v: NodeId| {
+                        let rest: Vec<NodeId> =
+                            voters.iter().copied().filter(|&x| x != v).collect();
+                        rest.iter().filter(|&&x| healthy(self, x)).count() > rest.len() / 2
+                    };
+                    if let Some(v) = pick.filter(|&v| voters.contains(&v) && ok(v)) {
                         self.membership = MembershipOp::Removing(v);
                         self.membership_since = self.now;
                         self.schedule(TICK_US, Ev::Membership);
