@@ -302,5 +302,43 @@ fn recovering_acks_count_toward_commit() {
         vec![b"a".to_vec()],
         "leader + recovering ack form a majority"
     );
+    // 3 restarted in the leader's term: an entry of that term proves nothing about the
+    // entries committed with the acks it lost, so it keeps recovering ...
+    assert_eq!(net.r(3).role(), Role::Recovering);
+    // ... and the leader cannot re-elect itself without 2 (3 may not vote).
+    net.tick(40);
+    assert_eq!(net.r(3).role(), Role::Recovering);
+    assert_eq!(net.r(1).counters().recovery_reelections, 0);
+}
+
+#[test]
+fn recovering_in_the_leaders_term_finishes_only_after_a_newer_term() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    net.propose(1, b"a");
+    let t = net.r(1).term();
+    net.restart(3, true);
+    net.propose(1, b"b");
+    net.tick(2);
+    assert_eq!(net.r(3).last_index(), net.r(1).last_index(), "caught up");
+    assert_eq!(
+        net.r(3).role(),
+        Role::Recovering,
+        "an entry of its own restart term does not end recovery"
+    );
+    // The leader sees a caught-up voter stuck recovering and re-elects itself in a new term.
+    net.tick(40);
+    let l = net.leader().expect("a leader");
+    assert!(net.r(l).term() > t, "a newer term");
+    assert!(
+        net.r(1).counters().recovery_reelections >= 1,
+        "the leader re-elected itself for the recovering voter"
+    );
+    net.propose(l, b"c");
+    net.tick(2);
     assert_eq!(net.r(3).role(), Role::Follower);
+    assert_eq!(
+        net.nodes[&3].applied_data(),
+        vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+    );
 }

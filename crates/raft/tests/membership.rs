@@ -217,3 +217,39 @@ fn configuration_rolls_back_when_its_entry_is_truncated() {
     );
     assert_eq!(net.r(1).term_of(2), net.r(l).term_of(2));
 }
+
+#[test]
+fn a_change_that_would_leave_no_voting_majority_is_refused() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    net.propose(1, b"a");
+    // 3 restarts without its log: it may not vote until it has caught up in a newer term.
+    net.restart(3, true);
+    net.propose(1, b"b");
+    net.tick(1);
+    assert_eq!(net.r(3).role(), Role::Recovering);
+    // Removing 2 would leave {1, 3}: a majority of it needs 3's vote, which it cannot give.
+    assert_eq!(
+        net.rm(1).propose_conf_change(ConfChange::Remove(2)),
+        Err(ProposeError::WouldLoseQuorum)
+    );
+    // Removing 3 leaves {1, 2}, both able to vote.
+    assert!(net.rm(1).propose_conf_change(ConfChange::Remove(3)).is_ok());
+    // Silent voters stop counting once not heard from for an election timeout.
+    let mut net = Net::new(&[1, 2, 3, 4, 5]);
+    net.elect(1);
+    net.propose(1, b"a");
+    net.isolate(4);
+    net.isolate(5);
+    net.tick(15);
+    assert_eq!(net.leader(), Some(1), "1, 2, 3 still form a quorum");
+    assert_eq!(
+        net.rm(1).propose_conf_change(ConfChange::Remove(2)),
+        Err(ProposeError::WouldLoseQuorum),
+        "{{1, 3, 4, 5}} would have 2 able voters of the 3 it needs"
+    );
+    assert!(
+        net.rm(1).propose_conf_change(ConfChange::Remove(4)).is_ok(),
+        "{{1, 2, 3, 5}} keeps 3 able voters"
+    );
+}
