@@ -9,7 +9,7 @@ use waverunner_fastpath as fp;
 use waverunner_raft::{
     Bootstrap, ConfChange, ConfState, Config, DataPlaneCommand, DataPlaneState, DisableReason,
     Entry, EntryKind, HardState, Index, Message, MessageBody, NodeId, Proposal, Raft, Role,
-    Snapshot,
+    Snapshot, Term,
 };
 
 use crate::checker::{entry_hash, Checker};
@@ -81,6 +81,8 @@ pub struct Stats {
     pub loss_bursts: u64,
     pub membership_changes: u64,
     pub transfers: u64,
+    /// Leaders the adversary crashed or isolated right after their election.
+    pub deposed: u64,
     pub snapshots_installed: u64,
     pub retransmissions: u64,
     pub final_commit: u64,
@@ -113,6 +115,8 @@ enum Ev {
     Phase,
     Membership,
     HealCheck,
+    /// The adversary deposes `node` if it still leads `term` (incarnation-checked).
+    Depose(NodeId, u64, Term),
 }
 
 struct Scheduled {
@@ -254,6 +258,10 @@ pub struct World {
     batch: usize,
     base_delay: u64,
     phase_us: (u64, u64),
+    /// Per seed: probability that a new leader is crashed or isolated moments after its
+    /// election, before it replicated an entry of its own term: the window Raft's commit rule
+    /// (§5.4.2, Figure 8) guards.
+    depose: f64,
     next_write: u64,
     membership: MembershipOp,
     membership_since: u64,
@@ -297,6 +305,7 @@ impl World {
             batch: 32,
             base_delay: 200,
             phase_us: (80_000, 300_000),
+            depose: 0.0,
             next_write: 1,
             membership: MembershipOp::Idle,
             membership_since: 0,
@@ -314,6 +323,7 @@ impl World {
         if w.rng.chance(0.5) {
             w.phase_us = (5_000, 40_000);
         }
+        w.depose = [0.0, 0.3, 0.6][w.rng.range(0, 3) as usize];
         let voters = w.initial_voters.clone();
         for id in voters.clone() {
             let conf = ConfState {
@@ -474,6 +484,7 @@ impl World {
             Ev::Phase => self.phase(),
             Ev::Membership => self.drive_membership(),
             Ev::HealCheck => self.heal_check(),
+            Ev::Depose(id, inc, term) => self.depose(id, inc, term),
         }
     }
 
@@ -710,6 +721,7 @@ impl World {
                 break;
             }
             let rd = raft.ready();
+            let mut elected = None;
 
             if let Some(ss) = rd.soft_state {
                 if self.opts.trace {
@@ -729,6 +741,9 @@ impl World {
                     let snap = raft.first_index() - 1;
                     self.checker
                         .check_leader_complete(now, id, snap, |i| raft.term_of(i));
+                    if !self.healing && self.rng.chance(self.depose) {
+                        elected = Some((n.incarnation, term));
+                    }
                 }
             }
 
@@ -842,6 +857,10 @@ impl World {
                 self.push_through_dataplane(id, p);
             }
             self.deferred_ack(id);
+            if let Some((inc, term)) = elected {
+                let after = self.rng.range(0, 3 * self.base_delay);
+                self.schedule(after, Ev::Depose(id, inc, term));
+            }
         }
     }
 
@@ -1053,6 +1072,30 @@ impl World {
         let phase = self.rng.range(0, TICK_US);
         self.schedule(phase, Ev::Tick(id, inc));
         self.drive(id);
+    }
+
+    /// Crashes (`fsync`: the log survives) or isolates (`memory`: a crash would lose the log)
+    /// a leader that still leads `term`; the next phase may bring it back.
+    fn depose(&mut self, id: NodeId, inc: u64, term: Term) {
+        if self.healing {
+            return;
+        }
+        let leads = self.nodes.get(&id).is_some_and(|n| {
+            n.incarnation == inc
+                && n.raft
+                    .as_ref()
+                    .is_some_and(|r| r.role() == Role::Leader && r.term() == term)
+        });
+        if !leads {
+            return;
+        }
+        self.trace(|| format!("adversary deposes leader {id} of term {term}"));
+        self.stats.deposed += 1;
+        if self.opts.durability == Durability::Fsync && self.rng.chance(0.5) {
+            self.crash(id);
+        } else {
+            self.partition(&[id], false);
+        }
     }
 
     fn heal_all(&mut self) {
