@@ -1,0 +1,1 @@
+//! Native-protocol client (work in progress).

@@ -1,0 +1,1 @@
+//! One Waverunner replica (work in progress).

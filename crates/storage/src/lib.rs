@@ -1,0 +1,1 @@
+//! Durable storage of a Waverunner replica (work in progress).
