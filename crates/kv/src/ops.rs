@@ -1,0 +1,142 @@
+//! Operations on the key-value store and their results: the language every front-end
+//! (RESP, memcached, the native protocol) is translated into, and what goes into the log.
+//!
+//! Times: every relative expiry is turned into an absolute time (ms since the Unix epoch) when
+//! the operation is applied, from the timestamp the leader put in the log entry, so every
+//! replica agrees on it.
+
+/// A key or a value: arbitrary bytes.
+pub type Bytes = Vec<u8>;
+
+/// An expiry as a client gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// No change to the key's expiry: a write clears it (Redis `SET` without options).
+    None,
+    /// Keep the key's current expiry (Redis `KEEPTTL`).
+    Keep,
+    /// Expire this many milliseconds after the entry's timestamp (≤ 0: already expired).
+    AfterMs(i64),
+    /// Expire at this absolute time, ms since the Unix epoch (memcached exptime > 30 days).
+    AtMs(u64),
+}
+
+/// When a store happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cond {
+    /// Always.
+    Always,
+    /// Only if the key does not exist (Redis `NX`, memcached `add`).
+    IfAbsent,
+    /// Only if the key exists (Redis `XX`, memcached `replace`).
+    IfPresent,
+}
+
+/// One operation. Read-only operations may be served by a linearizable read (ReadIndex or
+/// lease) without going through the log; see [`Op::is_read_only`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    // ---- reads
+    /// Values of these keys, with flags and CAS unique (`GET`, `MGET`, memcached `get`/`gets`).
+    Get { keys: Vec<Bytes> },
+    /// How many of these keys exist (`EXISTS`).
+    Exists { keys: Vec<Bytes> },
+    /// Length of the value (`STRLEN`).
+    Strlen { key: Bytes },
+    /// Remaining time to live in ms (`TTL`, `PTTL`).
+    Ttl { key: Bytes },
+    /// Number of live keys (`DBSIZE`).
+    DbSize,
+    /// Keys matching a glob pattern (`KEYS`), sorted.
+    Keys { pattern: Bytes },
+    /// One page of a scan in key order (`SCAN`): keys after `cursor`, at most `count`.
+    Scan {
+        cursor: Bytes,
+        pattern: Option<Bytes>,
+        count: u32,
+    },
+
+    // ---- writes
+    /// Store a value (`SET` with its options, `SETNX`, `GETSET`, memcached `set`/`add`/`replace`).
+    Set {
+        key: Bytes,
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        cond: Cond,
+        /// Return the old value (`SET … GET`, `GETSET`).
+        get_old: bool,
+    },
+    /// Store several values (`MSET`).
+    MSet { pairs: Vec<(Bytes, Bytes)> },
+    /// Store only if the key's CAS unique is `unique` (memcached `cas`).
+    Cas {
+        key: Bytes,
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        unique: u64,
+    },
+    /// Delete keys (`DEL`, memcached `delete`); the result counts those that existed.
+    Del { keys: Vec<Bytes> },
+    /// Redis `INCRBY` family: a missing key counts as 0; the value must be a signed 64-bit
+    /// decimal; overflow is an error.
+    IncrBy { key: Bytes, delta: i64 },
+    /// memcached `incr`/`decr`: the key must exist and hold an unsigned 64-bit decimal; incr
+    /// wraps at 2^64, decr stops at 0.
+    McIncr { key: Bytes, delta: u64, decr: bool },
+    /// Append (`APPEND` creates a missing key; memcached `append` needs it: `must_exist`).
+    Append {
+        key: Bytes,
+        value: Bytes,
+        must_exist: bool,
+    },
+    /// memcached `prepend` (the key must exist).
+    Prepend { key: Bytes, value: Bytes },
+    /// Set or clear the expiry of an existing key (`EXPIRE`, `PEXPIRE`, `PERSIST`,
+    /// memcached `touch`); with `get`, also return the value (memcached `gat`).
+    Touch {
+        keys: Vec<Bytes>,
+        expiry: Expiry,
+        get: bool,
+    },
+    /// Remove every key (`FLUSHALL`, memcached `flush_all`).
+    FlushAll,
+}
+
+/// A stored value as reads return it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// The value.
+    pub value: Bytes,
+    /// memcached client flags (0 from Redis).
+    pub flags: u32,
+    /// memcached CAS unique: the log index of the write that last changed the item.
+    pub cas: u64,
+}
+
+/// The result of an operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    /// Done, nothing to return.
+    Ok,
+    /// A write's condition did not hold (`NX`/`XX`, memcached `NOT_STORED`).
+    NotStored,
+    /// memcached `cas` on an item changed since `gets` (`EXISTS`).
+    CasMismatch,
+    /// The key does not exist (memcached `NOT_FOUND`).
+    NotFound,
+    /// One optional item per key asked (Get, Touch with `get`, Set with `get_old`).
+    Items(Vec<Option<Item>>),
+    /// A number (counts, lengths, new counter values, TTLs: -2 missing key, -1 no expiry).
+    Int(i64),
+    /// An unsigned number (memcached incr/decr).
+    UInt(u64),
+    /// Keys (KEYS).
+    Keys(Vec<Bytes>),
+    /// A scan page: the cursor to continue from (empty: done) and the keys.
+    ScanPage { next: Bytes, keys: Vec<Bytes> },
+    /// The operation failed on this value; the message is for the client (e.g. "value is not
+    /// an integer or out of range").
+    Error(String),
+}
