@@ -9,6 +9,10 @@
 
 #![warn(missing_docs)]
 
+pub mod codec;
+pub mod glob;
 pub mod ops;
+pub mod store;
 
 pub use ops::{Bytes, Cond, Expiry, Item, Op, Response};
+pub use store::KvStore;

@@ -1,0 +1,594 @@
+//! The binary encoding of [`Op`] and [`Response`]: what goes into log entries and onto the
+//! native wire protocol.
+//!
+//! # Format
+//!
+//! Compact and little-endian. Every message starts with one tag byte naming the variant; tags
+//! are never reused, so a variant whose layout changes gets a new tag (the tag is the version).
+//! Then the variant's fields in declaration order:
+//!
+//! - integers: fixed width, little-endian (`u32` flags and counts, `u64`/`i64` numbers),
+//! - `bool`: one byte, 0 or 1,
+//! - bytes (keys, values, patterns, messages): a `u32` length, then the bytes,
+//! - lists: a `u32` count, then the elements,
+//! - `Option<T>`: one byte, 0 (none) or 1 (some) followed by `T`,
+//! - [`Expiry`]: a byte, 0 `None`, 1 `Keep`, 2 `AfterMs` + `i64`, 3 `AtMs` + `u64`,
+//! - [`Cond`]: a byte, 0 `Always`, 1 `IfAbsent`, 2 `IfPresent`,
+//! - [`Item`]: value bytes, `u32` flags, `u64` CAS unique,
+//! - [`Response::Error`]'s message: bytes that must be UTF-8.
+//!
+//! | tag | `Op`       | fields |
+//! |----:|------------|--------|
+//! | 1   | `Get`      | keys |
+//! | 2   | `Exists`   | keys |
+//! | 3   | `Strlen`   | key |
+//! | 4   | `Ttl`      | key |
+//! | 5   | `DbSize`   | |
+//! | 6   | `Keys`     | pattern |
+//! | 7   | `Scan`     | cursor, option pattern, `u32` count |
+//! | 8   | `Set`      | key, value, `u32` flags, expiry, cond, bool get_old |
+//! | 9   | `MSet`     | `u32` count, (key, value) pairs |
+//! | 10  | `Cas`      | key, value, `u32` flags, expiry, `u64` unique |
+//! | 11  | `Del`      | keys |
+//! | 12  | `IncrBy`   | key, `i64` delta |
+//! | 13  | `McIncr`   | key, `u64` delta, bool decr |
+//! | 14  | `Append`   | key, value, bool must_exist |
+//! | 15  | `Prepend`  | key, value |
+//! | 16  | `Touch`    | keys, expiry, bool get |
+//! | 17  | `FlushAll` | |
+//!
+//! | tag | `Response`    | fields |
+//! |----:|---------------|--------|
+//! | 1   | `Ok`          | |
+//! | 2   | `NotStored`   | |
+//! | 3   | `CasMismatch` | |
+//! | 4   | `NotFound`    | |
+//! | 5   | `Items`       | `u32` count, option items |
+//! | 6   | `Int`         | `i64` |
+//! | 7   | `UInt`        | `u64` |
+//! | 8   | `Keys`        | keys |
+//! | 9   | `ScanPage`    | next, keys |
+//! | 10  | `Error`       | message |
+//!
+//! # Limits
+//!
+//! A byte string or list longer than `u32::MAX` cannot be encoded: the encoders panic on one
+//! (front-ends bound keys and values far below that).
+//!
+//! # Decoding
+//!
+//! Decoding checks everything and never panics: unknown tags, bad booleans and enum bytes,
+//! truncated input, non-UTF-8 error messages and trailing bytes are all a [`DecodeError`].
+//! Every length and count read is checked against the input that remains before anything is
+//! allocated for it, so garbage cannot make the decoder allocate more than a small multiple of
+//! the input's size.
+
+use std::fmt;
+
+use crate::ops::{Bytes, Cond, Expiry, Item, Op, Response};
+
+/// Why some bytes are not a valid encoding. The message names the problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeError(pub &'static str);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "decode error: {}", self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+// ---- op tags
+const OP_GET: u8 = 1;
+const OP_EXISTS: u8 = 2;
+const OP_STRLEN: u8 = 3;
+const OP_TTL: u8 = 4;
+const OP_DBSIZE: u8 = 5;
+const OP_KEYS: u8 = 6;
+const OP_SCAN: u8 = 7;
+const OP_SET: u8 = 8;
+const OP_MSET: u8 = 9;
+const OP_CAS: u8 = 10;
+const OP_DEL: u8 = 11;
+const OP_INCRBY: u8 = 12;
+const OP_MCINCR: u8 = 13;
+const OP_APPEND: u8 = 14;
+const OP_PREPEND: u8 = 15;
+const OP_TOUCH: u8 = 16;
+const OP_FLUSHALL: u8 = 17;
+
+// ---- response tags
+const R_OK: u8 = 1;
+const R_NOT_STORED: u8 = 2;
+const R_CAS_MISMATCH: u8 = 3;
+const R_NOT_FOUND: u8 = 4;
+const R_ITEMS: u8 = 5;
+const R_INT: u8 = 6;
+const R_UINT: u8 = 7;
+const R_KEYS: u8 = 8;
+const R_SCAN_PAGE: u8 = 9;
+const R_ERROR: u8 = 10;
+
+/// Appends the encoding of `op` to `out`.
+///
+/// # Panics
+///
+/// If a byte string or list in `op` is longer than `u32::MAX`.
+pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
+    match op {
+        Op::Get { keys } => {
+            out.push(OP_GET);
+            put_list(out, keys);
+        }
+        Op::Exists { keys } => {
+            out.push(OP_EXISTS);
+            put_list(out, keys);
+        }
+        Op::Strlen { key } => {
+            out.push(OP_STRLEN);
+            put_bytes(out, key);
+        }
+        Op::Ttl { key } => {
+            out.push(OP_TTL);
+            put_bytes(out, key);
+        }
+        Op::DbSize => out.push(OP_DBSIZE),
+        Op::Keys { pattern } => {
+            out.push(OP_KEYS);
+            put_bytes(out, pattern);
+        }
+        Op::Scan {
+            cursor,
+            pattern,
+            count,
+        } => {
+            out.push(OP_SCAN);
+            put_bytes(out, cursor);
+            match pattern {
+                None => out.push(0),
+                Some(p) => {
+                    out.push(1);
+                    put_bytes(out, p);
+                }
+            }
+            put_u32(out, *count);
+        }
+        Op::Set {
+            key,
+            value,
+            flags,
+            expiry,
+            cond,
+            get_old,
+        } => {
+            out.push(OP_SET);
+            put_bytes(out, key);
+            put_bytes(out, value);
+            put_u32(out, *flags);
+            put_expiry(out, expiry);
+            put_cond(out, *cond);
+            out.push(u8::from(*get_old));
+        }
+        Op::MSet { pairs } => {
+            out.push(OP_MSET);
+            put_len(out, pairs.len());
+            for (k, v) in pairs {
+                put_bytes(out, k);
+                put_bytes(out, v);
+            }
+        }
+        Op::Cas {
+            key,
+            value,
+            flags,
+            expiry,
+            unique,
+        } => {
+            out.push(OP_CAS);
+            put_bytes(out, key);
+            put_bytes(out, value);
+            put_u32(out, *flags);
+            put_expiry(out, expiry);
+            put_u64(out, *unique);
+        }
+        Op::Del { keys } => {
+            out.push(OP_DEL);
+            put_list(out, keys);
+        }
+        Op::IncrBy { key, delta } => {
+            out.push(OP_INCRBY);
+            put_bytes(out, key);
+            put_u64(out, *delta as u64);
+        }
+        Op::McIncr { key, delta, decr } => {
+            out.push(OP_MCINCR);
+            put_bytes(out, key);
+            put_u64(out, *delta);
+            out.push(u8::from(*decr));
+        }
+        Op::Append {
+            key,
+            value,
+            must_exist,
+        } => {
+            out.push(OP_APPEND);
+            put_bytes(out, key);
+            put_bytes(out, value);
+            out.push(u8::from(*must_exist));
+        }
+        Op::Prepend { key, value } => {
+            out.push(OP_PREPEND);
+            put_bytes(out, key);
+            put_bytes(out, value);
+        }
+        Op::Touch { keys, expiry, get } => {
+            out.push(OP_TOUCH);
+            put_list(out, keys);
+            put_expiry(out, expiry);
+            out.push(u8::from(*get));
+        }
+        Op::FlushAll => out.push(OP_FLUSHALL),
+    }
+}
+
+/// Decodes one operation that fills all of `b` (trailing bytes are an error).
+pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
+    let mut r = Reader::new(b);
+    let op = match r.u8()? {
+        OP_GET => Op::Get { keys: r.list()? },
+        OP_EXISTS => Op::Exists { keys: r.list()? },
+        OP_STRLEN => Op::Strlen { key: r.bytes()? },
+        OP_TTL => Op::Ttl { key: r.bytes()? },
+        OP_DBSIZE => Op::DbSize,
+        OP_KEYS => Op::Keys {
+            pattern: r.bytes()?,
+        },
+        OP_SCAN => Op::Scan {
+            cursor: r.bytes()?,
+            pattern: if r.bool()? { Some(r.bytes()?) } else { None },
+            count: r.u32()?,
+        },
+        OP_SET => Op::Set {
+            key: r.bytes()?,
+            value: r.bytes()?,
+            flags: r.u32()?,
+            expiry: r.expiry()?,
+            cond: r.cond()?,
+            get_old: r.bool()?,
+        },
+        OP_MSET => {
+            // Each pair takes at least two lengths.
+            let n = r.count(8)?;
+            let mut pairs = Vec::with_capacity(n);
+            for _ in 0..n {
+                pairs.push((r.bytes()?, r.bytes()?));
+            }
+            Op::MSet { pairs }
+        }
+        OP_CAS => Op::Cas {
+            key: r.bytes()?,
+            value: r.bytes()?,
+            flags: r.u32()?,
+            expiry: r.expiry()?,
+            unique: r.u64()?,
+        },
+        OP_DEL => Op::Del { keys: r.list()? },
+        OP_INCRBY => Op::IncrBy {
+            key: r.bytes()?,
+            delta: r.u64()? as i64,
+        },
+        OP_MCINCR => Op::McIncr {
+            key: r.bytes()?,
+            delta: r.u64()?,
+            decr: r.bool()?,
+        },
+        OP_APPEND => Op::Append {
+            key: r.bytes()?,
+            value: r.bytes()?,
+            must_exist: r.bool()?,
+        },
+        OP_PREPEND => Op::Prepend {
+            key: r.bytes()?,
+            value: r.bytes()?,
+        },
+        OP_TOUCH => Op::Touch {
+            keys: r.list()?,
+            expiry: r.expiry()?,
+            get: r.bool()?,
+        },
+        OP_FLUSHALL => Op::FlushAll,
+        _ => return Err(DecodeError("unknown operation tag")),
+    };
+    r.finish()?;
+    Ok(op)
+}
+
+/// Appends the encoding of `resp` to `out`.
+///
+/// # Panics
+///
+/// If a byte string or list in `resp` is longer than `u32::MAX`.
+pub fn encode_response(resp: &Response, out: &mut Vec<u8>) {
+    match resp {
+        Response::Ok => out.push(R_OK),
+        Response::NotStored => out.push(R_NOT_STORED),
+        Response::CasMismatch => out.push(R_CAS_MISMATCH),
+        Response::NotFound => out.push(R_NOT_FOUND),
+        Response::Items(items) => {
+            out.push(R_ITEMS);
+            put_len(out, items.len());
+            for item in items {
+                match item {
+                    None => out.push(0),
+                    Some(it) => {
+                        out.push(1);
+                        put_bytes(out, &it.value);
+                        put_u32(out, it.flags);
+                        put_u64(out, it.cas);
+                    }
+                }
+            }
+        }
+        Response::Int(n) => {
+            out.push(R_INT);
+            put_u64(out, *n as u64);
+        }
+        Response::UInt(n) => {
+            out.push(R_UINT);
+            put_u64(out, *n);
+        }
+        Response::Keys(keys) => {
+            out.push(R_KEYS);
+            put_list(out, keys);
+        }
+        Response::ScanPage { next, keys } => {
+            out.push(R_SCAN_PAGE);
+            put_bytes(out, next);
+            put_list(out, keys);
+        }
+        Response::Error(msg) => {
+            out.push(R_ERROR);
+            put_bytes(out, msg.as_bytes());
+        }
+    }
+}
+
+/// Decodes one response that fills all of `b` (trailing bytes are an error).
+pub fn decode_response(b: &[u8]) -> Result<Response, DecodeError> {
+    let mut r = Reader::new(b);
+    let resp = match r.u8()? {
+        R_OK => Response::Ok,
+        R_NOT_STORED => Response::NotStored,
+        R_CAS_MISMATCH => Response::CasMismatch,
+        R_NOT_FOUND => Response::NotFound,
+        R_ITEMS => {
+            // Each element takes at least its option byte.
+            let n = r.count(1)?;
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                items.push(if r.bool()? {
+                    Some(Item {
+                        value: r.bytes()?,
+                        flags: r.u32()?,
+                        cas: r.u64()?,
+                    })
+                } else {
+                    None
+                });
+            }
+            Response::Items(items)
+        }
+        R_INT => Response::Int(r.u64()? as i64),
+        R_UINT => Response::UInt(r.u64()?),
+        R_KEYS => Response::Keys(r.list()?),
+        R_SCAN_PAGE => Response::ScanPage {
+            next: r.bytes()?,
+            keys: r.list()?,
+        },
+        R_ERROR => Response::Error(
+            String::from_utf8(r.bytes()?).map_err(|_| DecodeError("error message is not UTF-8"))?,
+        ),
+        _ => return Err(DecodeError("unknown response tag")),
+    };
+    r.finish()?;
+    Ok(resp)
+}
+
+// ---- writing
+
+pub(crate) fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// A length or count as a `u32`.
+pub(crate) fn put_len(out: &mut Vec<u8>, n: usize) {
+    let n = u32::try_from(n).expect("length or count over u32::MAX cannot be encoded");
+    put_u32(out, n);
+}
+
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_len(out, b.len());
+    out.extend_from_slice(b);
+}
+
+fn put_list(out: &mut Vec<u8>, list: &[Bytes]) {
+    put_len(out, list.len());
+    for b in list {
+        put_bytes(out, b);
+    }
+}
+
+fn put_expiry(out: &mut Vec<u8>, e: &Expiry) {
+    match e {
+        Expiry::None => out.push(0),
+        Expiry::Keep => out.push(1),
+        Expiry::AfterMs(ms) => {
+            out.push(2);
+            put_u64(out, *ms as u64);
+        }
+        Expiry::AtMs(t) => {
+            out.push(3);
+            put_u64(out, *t);
+        }
+    }
+}
+
+fn put_cond(out: &mut Vec<u8>, c: Cond) {
+    out.push(match c {
+        Cond::Always => 0,
+        Cond::IfAbsent => 1,
+        Cond::IfPresent => 2,
+    });
+}
+
+// ---- reading
+
+/// A cursor over input that checks every read.
+pub(crate) struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Self {
+        Reader { b }
+    }
+
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.b.len()
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.b.len() {
+            return Err(DecodeError("truncated input"));
+        }
+        let (head, tail) = self.b.split_at(n);
+        self.b = tail;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    pub(crate) fn bool(&mut self) -> Result<bool, DecodeError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError("bad boolean")),
+        }
+    }
+
+    /// A `u32` count of elements each taking at least `min_size` bytes, checked against the
+    /// input that remains (so a caller may allocate for it).
+    pub(crate) fn count(&mut self, min_size: usize) -> Result<usize, DecodeError> {
+        let n = self.u32()? as usize;
+        if n > self.remaining() / min_size.max(1) {
+            return Err(DecodeError("count exceeds the input"));
+        }
+        Ok(n)
+    }
+
+    /// A length-prefixed byte string, the length checked against the input first.
+    pub(crate) fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+        let n = self.u32()? as usize;
+        if n > self.remaining() {
+            return Err(DecodeError("length exceeds the input"));
+        }
+        Ok(self.take(n)?.to_vec())
+    }
+
+    fn list(&mut self) -> Result<Vec<Bytes>, DecodeError> {
+        // Each element takes at least its length.
+        let n = self.count(4)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(self.bytes()?);
+        }
+        Ok(v)
+    }
+
+    fn expiry(&mut self) -> Result<Expiry, DecodeError> {
+        match self.u8()? {
+            0 => Ok(Expiry::None),
+            1 => Ok(Expiry::Keep),
+            2 => Ok(Expiry::AfterMs(self.u64()? as i64)),
+            3 => Ok(Expiry::AtMs(self.u64()?)),
+            _ => Err(DecodeError("bad expiry tag")),
+        }
+    }
+
+    fn cond(&mut self) -> Result<Cond, DecodeError> {
+        match self.u8()? {
+            0 => Ok(Cond::Always),
+            1 => Ok(Cond::IfAbsent),
+            2 => Ok(Cond::IfPresent),
+            _ => Err(DecodeError("bad condition tag")),
+        }
+    }
+
+    /// Succeeds only if the whole input was read.
+    pub(crate) fn finish(&self) -> Result<(), DecodeError> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError("trailing bytes"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiny_layouts() {
+        let mut out = Vec::new();
+        encode_op(&Op::DbSize, &mut out);
+        assert_eq!(out, [OP_DBSIZE]);
+        out.clear();
+        encode_op(
+            &Op::Strlen {
+                key: b"ab".to_vec(),
+            },
+            &mut out,
+        );
+        assert_eq!(out, [OP_STRLEN, 2, 0, 0, 0, b'a', b'b']);
+        out.clear();
+        encode_response(&Response::Int(-2), &mut out);
+        assert_eq!(out, [R_INT, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    }
+
+    #[test]
+    fn counts_are_bounded_by_the_input() {
+        // A Get claiming 2^32-1 keys in 5 bytes is refused before any allocation.
+        let b = [OP_GET, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(decode_op(&b), Err(DecodeError("count exceeds the input")));
+        let b = [OP_KEYS, 0xff, 0xff, 0xff, 0x7f];
+        assert_eq!(decode_op(&b), Err(DecodeError("length exceeds the input")));
+        let b = [R_ITEMS, 2, 0, 0, 0, 0];
+        assert_eq!(
+            decode_response(&b),
+            Err(DecodeError("count exceeds the input"))
+        );
+    }
+}
