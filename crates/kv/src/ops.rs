@@ -35,6 +35,7 @@ pub enum Cond {
 /// One operation. Read-only operations may be served by a linearizable read (ReadIndex or
 /// lease) without going through the log; see [`Op::is_read_only`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)] // each variant's doc describes its fields
 pub enum Op {
     // ---- reads
     /// Values of these keys, with flags and CAS unique (`GET`, `MGET`, memcached `get`/`gets`).
@@ -117,6 +118,7 @@ pub struct Item {
 
 /// The result of an operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)] // each variant's doc describes its fields
 pub enum Response {
     /// Done, nothing to return.
     Ok,

@@ -1,0 +1,240 @@
+//! Load generation with the native client: closed-loop (each of N clients keeps one request
+//! outstanding) and open-loop (requests at a fixed rate whatever the answers; latency is
+//! measured from the scheduled send time, so a stall is not hidden by coordinated omission).
+//! Every run is bounded by both a duration and a request count.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use waverunner_kv::{Cond, Expiry, Op};
+
+use crate::{proto, Client, Error, Options};
+
+/// The mix of operations.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Keys are `key-0` … `key-{keys-1}`.
+    pub keys: u64,
+    /// Bytes per value written.
+    pub value_size: usize,
+    /// Fraction of operations that are writes (SET); the rest are GETs.
+    pub write_fraction: f64,
+}
+
+impl Default for Workload {
+    fn default() -> Workload {
+        Workload {
+            keys: 1_000,
+            value_size: 32,
+            write_fraction: 0.5,
+        }
+    }
+}
+
+impl Workload {
+    /// The `i`-th operation drawn with the pseudo-random state `x`.
+    pub fn op(&self, x: &mut u64) -> Op {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        let key = format!("key-{}", *x % self.keys.max(1)).into_bytes();
+        let write = ((*x >> 20) % 10_000) as f64 / 10_000.0 < self.write_fraction;
+        if write {
+            Op::Set {
+                key,
+                value: vec![b'v'; self.value_size],
+                flags: 0,
+                expiry: Expiry::None,
+                cond: Cond::Always,
+                get_old: false,
+            }
+        } else {
+            Op::Get { keys: vec![key] }
+        }
+    }
+}
+
+/// What a load run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Requests answered successfully.
+    pub ok: u64,
+    /// Requests that failed (timeouts included).
+    pub failed: u64,
+    /// Attempts retried.
+    pub retries: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Latencies of successful requests, µs, sorted.
+    pub latencies_us: Vec<u64>,
+}
+
+impl Report {
+    /// Successful requests per second.
+    pub fn throughput(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The `q`-quantile latency in µs (0 without samples).
+    pub fn percentile(&self, q: f64) -> u64 {
+        if self.latencies_us.is_empty() {
+            return 0;
+        }
+        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
+        self.latencies_us[i]
+    }
+
+    /// One line: throughput and percentiles.
+    pub fn summary(&self) -> String {
+        format!(
+            "ok={} failed={} retries={} elapsed={:.2}s throughput={:.0}/s p50={}us p90={}us p99={}us max={}us",
+            self.ok,
+            self.failed,
+            self.retries,
+            self.elapsed.as_secs_f64(),
+            self.throughput(),
+            self.percentile(0.5),
+            self.percentile(0.9),
+            self.percentile(0.99),
+            self.latencies_us.last().copied().unwrap_or(0)
+        )
+    }
+
+    fn merge(&mut self, o: Report) {
+        self.ok += o.ok;
+        self.failed += o.failed;
+        self.retries += o.retries;
+        self.latencies_us.extend(o.latencies_us);
+    }
+}
+
+/// `clients` clients, each with one request outstanding, for at most `duration` and `max_ops`
+/// requests in total.
+pub fn closed_loop(
+    nodes: &[SocketAddr],
+    clients: usize,
+    duration: Duration,
+    max_ops: u64,
+    w: &Workload,
+) -> Result<Report, Error> {
+    let start = Instant::now();
+    let per_client = max_ops.div_ceil(clients.max(1) as u64);
+    let total = Arc::new(Mutex::new(Report::default()));
+    let mut threads = Vec::new();
+    for c in 0..clients.max(1) {
+        let mut client = Client::with_options(nodes, Options::default())?;
+        let (w, total) = (w.clone(), total.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut r = Report::default();
+            let mut x = 0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1);
+            for _ in 0..per_client {
+                if start.elapsed() >= duration {
+                    break;
+                }
+                let op = w.op(&mut x);
+                let t = Instant::now();
+                match client.execute(&op) {
+                    Ok(_) => {
+                        r.ok += 1;
+                        r.latencies_us.push(t.elapsed().as_micros() as u64);
+                    }
+                    Err(_) => r.failed += 1,
+                }
+            }
+            r.retries = client.retries;
+            total.lock().expect("report").merge(r);
+        }));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let mut r = std::mem::take(&mut *total.lock().expect("report"));
+    r.elapsed = start.elapsed();
+    r.latencies_us.sort_unstable();
+    Ok(r)
+}
+
+/// Requests to `target` at `rate` per second for at most `duration` and `max_ops` requests,
+/// without sessions or retries (a load generator, not a correctness client); an answer later
+/// than `timeout` counts as failed.
+pub fn open_loop(
+    target: SocketAddr,
+    rate: u64,
+    duration: Duration,
+    max_ops: u64,
+    timeout: Duration,
+    w: &Workload,
+) -> Result<Report, Error> {
+    let sock = UdpSocket::bind(if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .map_err(|e| Error::Local(format!("bind: {e}")))?;
+    let rx = sock
+        .try_clone()
+        .map_err(|e| Error::Local(format!("socket: {e}")))?;
+    let n = (rate as f64 * duration.as_secs_f64()).min(max_ops as f64) as usize;
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let sent_at: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; n]));
+    let done = Arc::new(AtomicBool::new(false));
+    let (sent2, done2) = (sent_at.clone(), done.clone());
+    let receiver = std::thread::spawn(move || {
+        let mut lat = vec![None; n];
+        let mut buf = vec![0u8; 2048];
+        let _ = rx.set_read_timeout(Some(Duration::from_millis(20)));
+        while !done2.load(Ordering::Relaxed) {
+            let Ok((len, _)) = rx.recv_from(&mut buf) else {
+                continue;
+            };
+            let now = Instant::now();
+            let Ok(r) = proto::decode_reply(&buf[..len]) else {
+                continue;
+            };
+            let i = r.seq as usize;
+            if r.status != proto::STATUS_OK || i == 0 || i > n {
+                continue;
+            }
+            if let Some(t) = sent2.lock().expect("sent")[i - 1] {
+                lat[i - 1] = Some(now.duration_since(t).as_micros() as u64);
+            }
+        }
+        lat
+    });
+    let start = Instant::now();
+    let mut x = 0x2545_F491_4F6C_DD1D;
+    for i in 0..n {
+        let at = start + interval * i as u32;
+        let now = Instant::now();
+        if at > now {
+            std::thread::sleep(at - now);
+        }
+        let pkt = proto::encode_request(0, i as u64 + 1, &w.op(&mut x))
+            .map_err(|e| Error::Local(e.to_string()))?;
+        sent_at.lock().expect("sent")[i] = Some(at);
+        let _ = sock.send_to(&pkt, target);
+    }
+    std::thread::sleep(timeout);
+    done.store(true, Ordering::Relaxed);
+    let lat = receiver
+        .join()
+        .map_err(|_| Error::Local("receiver panicked".into()))?;
+    let mut r = Report {
+        elapsed: start.elapsed() - timeout,
+        ..Report::default()
+    };
+    let limit = timeout.as_micros() as u64;
+    for l in lat {
+        match l {
+            Some(us) if us <= limit => {
+                r.ok += 1;
+                r.latencies_us.push(us);
+            }
+            _ => r.failed += 1,
+        }
+    }
+    r.latencies_us.sort_unstable();
+    Ok(r)
+}
