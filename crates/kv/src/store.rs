@@ -17,7 +17,8 @@
 //! An item whose expiry time is ≤ now is expired and treated as absent by every operation.
 //! Expired items are removed only inside `apply` (so removal is deterministic): lazily when a
 //! write touches the key, and actively by a small sweep of at most [`SWEEP_PER_APPLY`] items,
-//! oldest expiry first, at each `apply`.
+//! earliest expiry first, at each `apply` of a write. Applying a read-only operation changes
+//! only the applied index and the clock, so it answers exactly as [`KvStore::read`] would.
 //!
 //! Relative expiries ([`Expiry::AfterMs`]) become absolute when applied: now + ms (saturating at
 //! `u64::MAX`). `AfterMs(ms ≤ 0)` and an `AtMs` time ≤ now mean the item expires at once: a
@@ -53,8 +54,8 @@ pub const ERR_NON_NUMERIC: &str = "cannot increment or decrement non-numeric val
 /// The error of [`KvStore::read`] given an operation that writes.
 pub const ERR_NOT_READ_ONLY: &str = "not a read-only operation";
 
-/// How many expired items each [`KvStore::apply`] removes at most, oldest expiry first (besides
-/// those removed because the operation writes their key).
+/// How many expired items each [`KvStore::apply`] of a write removes at most, earliest expiry
+/// first (besides those removed because the operation writes their key).
 pub const SWEEP_PER_APPLY: usize = 16;
 
 /// The first bytes of a snapshot.
@@ -147,8 +148,8 @@ impl KvStore {
     }
 
     /// Applies the operation of the log entry at `index`, whose leader timestamp is `now_ms`,
-    /// and returns its result. Read-only operations are answered as [`KvStore::read`] would at
-    /// the updated clock.
+    /// and returns its result. Read-only operations are answered exactly as [`KvStore::read`]
+    /// would at the updated clock, and change nothing else.
     ///
     /// Results per operation (Redis semantics unless noted):
     ///
@@ -191,7 +192,9 @@ impl KvStore {
         );
         self.applied = index;
         self.now_ms = self.now_ms.max(now_ms);
-        self.sweep(SWEEP_PER_APPLY);
+        if !op.is_read_only() {
+            self.sweep(SWEEP_PER_APPLY);
+        }
         match op {
             Op::Get { .. }
             | Op::Exists { .. }
@@ -874,8 +877,11 @@ mod tests {
         assert_eq!(s.expiries.len(), 2);
         s.apply(4, 1000, &set("b", Expiry::None));
         assert_eq!(s.expiries.len(), 1);
-        // The sweep removes "a" once it expires, without anyone touching it.
+        // A read through the log removes nothing.
         s.apply(5, 1030, &Op::DbSize);
+        assert_eq!(s.expiries.len(), 1);
+        // The sweep at the next write removes "a", expired, without anyone touching it.
+        s.apply(6, 1030, &set("b", Expiry::None));
         assert!(s.expiries.is_empty());
         assert_eq!(s.items.len(), 1);
         for (t, k) in &s.expiries {
