@@ -3,15 +3,25 @@
 //! The key-value state machine of Waverunner and the codecs of its front-ends.
 //!
 //! - [`ops`]: the operations and results every front-end is translated into.
-//! - `store` (to come): the deterministic store (apply, read, snapshot, restore).
-//! - `codec` (to come): the binary encoding of operations and results in log entries and on the wire.
-//! - `resp`, `memcache` (to come): Redis RESP2 and memcached text protocol parsing and rendering.
+//! - [`store`]: the deterministic store, the replicated state machine (apply, read, snapshot,
+//!   restore).
+//! - [`codec`]: the binary encoding of operations and results in log entries and on the wire.
+//! - [`glob`]: glob patterns with the semantics of Redis `KEYS` and `SCAN … MATCH`.
+//! - [`resp`]: the Redis front-end: RESP2 request parsing (multibulk and inline), translation
+//!   of commands into operations, and reply rendering.
+//! - [`memcache`]: the memcached front-end: text protocol parsing (with data blocks and
+//!   `noreply`), translation into operations, and reply rendering.
+//!
+//! Nothing in this crate does I/O: the network server feeds received bytes to a front-end's
+//! parser, sends the operations to the replicated store, and writes the rendered replies.
 
 #![warn(missing_docs)]
 
 pub mod codec;
 pub mod glob;
+pub mod memcache;
 pub mod ops;
+pub mod resp;
 pub mod store;
 
 pub use ops::{Bytes, Cond, Expiry, Item, Op, Response};
