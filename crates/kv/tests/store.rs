@@ -1165,7 +1165,7 @@ impl Rng {
                 pattern: None,
                 count: self.below(10) as u32,
             },
-            7 | 8 | 9 => Op::Set {
+            7..=9 => Op::Set {
                 key: self.key(),
                 value: self.value(),
                 flags: self.below(4) as u32,
