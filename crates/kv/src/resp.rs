@@ -278,9 +278,10 @@ fn count_line(
 
 #[allow(clippy::type_complexity)]
 fn inline(buf: &[u8], limits: &Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
-    let window = &buf[..buf.len().min(limits.max_inline.saturating_add(1))];
+    // The line may hold `max_inline` bytes, then `\r\n`.
+    let window = &buf[..buf.len().min(limits.max_inline.saturating_add(2))];
     let Some(nl) = window.iter().position(|&b| b == b'\n') else {
-        if buf.len() > limits.max_inline {
+        if buf.len() > limits.max_inline.saturating_add(1) {
             return Err(ProtocolError::TooBigInline);
         }
         return Ok(None);
@@ -288,6 +289,9 @@ fn inline(buf: &[u8], limits: &Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>, 
     let mut line = &buf[..nl];
     if let Some(stripped) = line.strip_suffix(b"\r") {
         line = stripped;
+    }
+    if line.len() > limits.max_inline {
+        return Err(ProtocolError::TooBigInline);
     }
     match split_args(line) {
         Some(args) => Ok(Some((args, nl + 1))),
@@ -687,6 +691,7 @@ pub fn command(args: &[Vec<u8>]) -> Action {
             Some(_) => reply("DB index is out of range"),
         },
         "hello" => hello(args),
+        "command" if args.len() == 1 => Action::Reply(b"*0\r\n".to_vec()),
         "client" | "command" | "config" => container(cmd, args),
         "get" => Action::Store(Op::Get { keys: vec![key()] }, Render::Bulk),
         "set" => set(args),
