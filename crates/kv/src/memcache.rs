@@ -53,8 +53,8 @@ pub struct Limits {
     /// `SERVER_ERROR object too large for cache` and their data block is skipped.
     pub max_value: usize,
     /// The longest command line, without its `\r\n` (default 2048). Retrieval lines (`get`,
-    /// `gets`, `gat`, `gats`) may be as long as `max(max_line, max_value)`: memcached accepts
-    /// multigets of any length.
+    /// `gets`, `gat`, `gats` at the very start of the line) may be as long as
+    /// `max(max_line, max_value)`: memcached accepts multigets of any length.
     pub max_line: usize,
     /// The longest key (default 250).
     pub max_key: usize,
@@ -289,7 +289,10 @@ pub fn parse_command(buf: &[u8], limits: &Limits) -> Result<Option<(McCommand, u
     };
     let window = &buf[..buf.len().min(limit.saturating_add(2))];
     let Some(nl) = window.iter().position(|&b| b == b'\n') else {
-        if buf.len() > limit.saturating_add(1) {
+        // Too long already, or one byte over unless it is the CR of the CRLF.
+        if buf.len() > limit.saturating_add(1)
+            || (buf.len() == limit.saturating_add(1) && buf.last() != Some(&b'\r'))
+        {
             return Err(McError {
                 kind: McErrorKind::LineTooLong,
                 skip: buf.len(),
@@ -434,13 +437,13 @@ pub fn parse_command(buf: &[u8], limits: &Limits) -> Result<Option<(McCommand, u
     Ok(Some((cmd, line_len)))
 }
 
-/// Whether the buffer starts (after spaces) with a retrieval command, whose line may be long.
+/// Whether the buffer starts with a retrieval command, whose line may be long. (Leading
+/// spaces are not skipped here, so that whether a line is too long is known from its first
+/// five bytes and does not depend on how the input was split.)
 fn retrieval(buf: &[u8]) -> bool {
-    let start = buf.iter().position(|&b| b != b' ').unwrap_or(buf.len());
-    let rest = &buf[start..];
     [&b"get "[..], b"gets ", b"gat ", b"gats "]
         .iter()
-        .any(|p| rest.starts_with(p))
+        .any(|p| buf.starts_with(p))
 }
 
 /// The storage commands: `set|add|replace|append|prepend key flags exptime bytes [noreply]`,

@@ -281,7 +281,10 @@ fn inline(buf: &[u8], limits: &Limits) -> Result<Option<(Vec<Vec<u8>>, usize)>, 
     // The line may hold `max_inline` bytes, then `\r\n`.
     let window = &buf[..buf.len().min(limits.max_inline.saturating_add(2))];
     let Some(nl) = window.iter().position(|&b| b == b'\n') else {
-        if buf.len() > limits.max_inline.saturating_add(1) {
+        // Too long already, or one byte over unless it is the CR of the CRLF.
+        if buf.len() > limits.max_inline.saturating_add(1)
+            || (buf.len() == limits.max_inline.saturating_add(1) && buf.last() != Some(&b'\r'))
+        {
             return Err(ProtocolError::TooBigInline);
         }
         return Ok(None);
