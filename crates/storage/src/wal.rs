@@ -354,6 +354,7 @@ impl Wal {
     ) -> Result<(), StorageError> {
         self.active = None;
         self.dirty = false;
+        self.unsynced = 0; // whatever was unsynced is gone, not made durable
         if !self.segments.is_empty() {
             while let Some(seg) = self.segments.pop() {
                 fs::remove_file(&seg.path).map_err(io_err(&seg.path, "remove"))?;

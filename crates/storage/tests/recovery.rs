@@ -269,3 +269,10 @@ fn an_io_failure_poisons_the_storage() {
     ));
     let _ = Storage::open; // the way out is a restart
 }
+
+#[test]
+fn storage_can_move_to_a_storage_thread() {
+    fn send<T: Send>() {}
+    send::<Storage>();
+    send::<StorageError>();
+}
