@@ -1,0 +1,325 @@
+//! Client front-ends: the native UDP protocol ([`native`]) and the TCP text protocols, Redis
+//! RESP2 and memcached, served one thread per connection (bounded by `max_connections`). Each
+//! connection's commands are executed in order, one at a time, so a client always reads its
+//! own writes; pipelined commands are answered in one write.
+
+pub mod native;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use waverunner_kv::{memcache, resp};
+
+use crate::config::NodeConfig;
+use crate::replica::Handle;
+
+/// Which TCP protocol a listener speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Redis RESP2.
+    Redis,
+    /// memcached text.
+    Memcache,
+}
+
+/// Limits of the TCP front-ends.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Largest value accepted.
+    pub max_value: usize,
+    /// Connections per listener.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// The limits a configuration sets.
+    pub fn from_config(cfg: &NodeConfig) -> Limits {
+        Limits {
+            max_value: cfg.max_value_bytes,
+            max_connections: cfg.max_connections,
+        }
+    }
+}
+
+/// Accepts connections until `stop`.
+pub fn serve_tcp(
+    listener: TcpListener,
+    handle: Handle,
+    stop: Arc<AtomicBool>,
+    limits: Limits,
+    proto: Protocol,
+) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let _ = listener.set_nonblocking(true);
+    while !stop.load(Ordering::Relaxed) {
+        let mut s = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let _ = s.set_nonblocking(false);
+        if open.load(Ordering::Relaxed) >= limits.max_connections {
+            handle.client_error();
+            let msg: &[u8] = match proto {
+                Protocol::Redis => b"-ERR max number of clients reached\r\n",
+                Protocol::Memcache => b"SERVER_ERROR too many open connections\r\n",
+            };
+            let _ = s.write_all(msg);
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (h, o, st) = (handle.clone(), open.clone(), stop.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("{proto:?}-conn").to_lowercase())
+            .spawn(move || {
+                let _ = s.set_nodelay(true);
+                let r = match proto {
+                    Protocol::Redis => redis_conn(&mut s, &h, limits, &st),
+                    Protocol::Memcache => memcache_conn(&mut s, &h, limits, &st),
+                };
+                if let Err(e) = r {
+                    tracing::debug!("client connection closed: {e}");
+                }
+                o.fetch_sub(1, Ordering::Relaxed);
+            });
+        if spawned.is_err() {
+            open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Reads more bytes into `buf`; false at end of stream or on shutdown.
+fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, stop: &AtomicBool) -> std::io::Result<bool> {
+    let mut tmp = [0u8; 16 << 10];
+    // A timeout lets an idle connection notice a shutdown; half-open connections just idle.
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        match s.read(&mut tmp) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                buf.extend_from_slice(&tmp[..n]);
+                return Ok(true);
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                continue
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn info_fields(handle: &Handle) -> Vec<(&'static str, String)> {
+    let st = handle.status();
+    vec![
+        ("waverunner_version", env!("CARGO_PKG_VERSION").into()),
+        ("process_id", std::process::id().to_string()),
+        (
+            "role",
+            if st.role == "leader" {
+                "master"
+            } else {
+                "slave"
+            }
+            .into(),
+        ),
+        ("raft_role", st.role.clone()),
+        ("raft_term", st.term.to_string()),
+        ("raft_leader", st.leader.to_string()),
+        ("raft_commit_index", st.commit_index.to_string()),
+        ("raft_applied_index", st.applied_index.to_string()),
+        ("db0_keys", st.keys.to_string()),
+        ("dataplane", st.dataplane.clone()),
+    ]
+}
+
+fn redis_conn(
+    s: &mut TcpStream,
+    handle: &Handle,
+    limits: Limits,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    let rl = resp::Limits {
+        max_bulk: limits.max_value,
+        ..resp::Limits::default()
+    };
+    static CONN_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let addr =
+        |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    let mut session = resp::Session::new(
+        CONN_IDS.fetch_add(1, Ordering::Relaxed),
+        addr(s.peer_addr()),
+        addr(s.local_addr()),
+    );
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        let mut used = 0;
+        loop {
+            match resp::parse_command(&buf[used..], &rl) {
+                Ok(Some((args, n))) => {
+                    used += n;
+                    if args.is_empty() {
+                        continue;
+                    }
+                    match resp::command(&args) {
+                        resp::Action::Reply(r) => {
+                            if r.starts_with(b"-") {
+                                handle.client_error();
+                            }
+                            out.extend_from_slice(&r);
+                        }
+                        resp::Action::Store(op, render) => match native::exec(handle, &op) {
+                            Ok(r) => out.extend_from_slice(&resp::render(&render, &r)),
+                            Err(e) => out.extend_from_slice(format!("-ERR {e}\r\n").as_bytes()),
+                        },
+                        resp::Action::Info => {
+                            out.extend_from_slice(&resp::render_info(&info_fields(handle)))
+                        }
+                        resp::Action::Client(cmd) => out.extend_from_slice(&session.client(&cmd)),
+                        resp::Action::Quit => {
+                            out.extend_from_slice(b"+OK\r\n");
+                            s.write_all(&out)?;
+                            return Ok(());
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    handle.client_error();
+                    out.extend_from_slice(format!("-ERR {e}\r\n").as_bytes());
+                    s.write_all(&out)?;
+                    return Ok(());
+                }
+            }
+        }
+        buf.drain(..used);
+        if !out.is_empty() {
+            s.write_all(&out)?;
+            out.clear();
+        }
+        if buf.len() > max_request(limits) {
+            // One request larger than any sensible one: refuse it rather than buffer it.
+            handle.client_error();
+            s.write_all(b"-ERR Protocol error: request too large\r\n")?;
+            return Ok(());
+        }
+        if !fill(s, &mut buf, stop)? {
+            return Ok(());
+        }
+    }
+}
+
+/// Bytes one RESP request may take: a few values of the largest size.
+fn max_request(limits: Limits) -> usize {
+    (4 * limits.max_value).max(8 << 20)
+}
+
+fn memcache_conn(
+    s: &mut TcpStream,
+    handle: &Handle,
+    limits: Limits,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    let ml = memcache::Limits {
+        max_value: limits.max_value,
+        ..memcache::Limits::default()
+    };
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        let mut used = 0;
+        loop {
+            match memcache::parse_command(&buf[used..], &ml) {
+                Ok(Some((cmd, n))) => {
+                    used += n;
+                    match memcache::command(cmd) {
+                        memcache::McAction::Reply(r) => {
+                            if r.starts_with(b"ERROR") || r.starts_with(b"CLIENT_ERROR") {
+                                handle.client_error();
+                            }
+                            out.extend_from_slice(&r);
+                        }
+                        memcache::McAction::Store {
+                            op,
+                            render,
+                            noreply,
+                        } => {
+                            let r = match native::exec(handle, &op) {
+                                Ok(r) => memcache::render(&render, &r),
+                                Err(e) => format!("SERVER_ERROR {e}\r\n").into_bytes(),
+                            };
+                            if !noreply {
+                                out.extend_from_slice(&r);
+                            }
+                        }
+                        memcache::McAction::Stats => {
+                            let st = handle.status();
+                            let fields = vec![
+                                ("pid", std::process::id().to_string()),
+                                (
+                                    "version",
+                                    format!("waverunner-{}", env!("CARGO_PKG_VERSION")),
+                                ),
+                                ("curr_items", st.keys.to_string()),
+                                ("raft_role", st.role.clone()),
+                                ("raft_term", st.term.to_string()),
+                                ("raft_commit_index", st.commit_index.to_string()),
+                            ];
+                            out.extend_from_slice(&memcache::render_stats(&fields));
+                        }
+                        memcache::McAction::Quit => {
+                            s.write_all(&out)?;
+                            return Ok(());
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    handle.client_error();
+                    out.extend_from_slice(&e.reply());
+                    if e.close {
+                        s.write_all(&out)?;
+                        return Ok(());
+                    }
+                    used += e.skip;
+                    if used > buf.len() {
+                        // The rest of an oversize value is still to come: swallow it as it arrives.
+                        let mut left = used - buf.len();
+                        buf.clear();
+                        used = 0;
+                        s.write_all(&out)?;
+                        out.clear();
+                        while left > 0 {
+                            if !fill(s, &mut buf, stop)? {
+                                return Ok(());
+                            }
+                            let k = left.min(buf.len());
+                            buf.drain(..k);
+                            left -= k;
+                        }
+                    }
+                }
+            }
+        }
+        buf.drain(..used);
+        if !out.is_empty() {
+            s.write_all(&out)?;
+            out.clear();
+        }
+        if !fill(s, &mut buf, stop)? {
+            return Ok(());
+        }
+    }
+}

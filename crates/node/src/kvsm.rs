@@ -1,0 +1,54 @@
+//! The key-value store as a [`StateMachine`]: commands are encoded [`waverunner_kv::Op`]s,
+//! results encoded [`waverunner_kv::Response`]s.
+
+use waverunner_kv::codec::{decode_op, encode_response};
+use waverunner_kv::{KvStore, Response};
+
+use crate::sm::StateMachine;
+
+/// The replicated key-value store.
+#[derive(Default)]
+pub struct KvMachine(pub KvStore);
+
+fn encode(r: &Response) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_response(r, &mut out);
+    out
+}
+
+impl StateMachine for KvMachine {
+    fn apply(&mut self, index: u64, now_ms: u64, command: &[u8]) -> Vec<u8> {
+        match decode_op(command) {
+            Ok(op) => encode(&self.0.apply(index, now_ms, &op)),
+            Err(e) => encode(&Response::Error(format!("malformed command: {e}"))),
+        }
+    }
+
+    fn is_read_only(&self, command: &[u8]) -> bool {
+        decode_op(command).is_ok_and(|op| op.is_read_only())
+    }
+
+    fn query(&self, now_ms: u64, command: &[u8]) -> Vec<u8> {
+        match decode_op(command) {
+            Ok(op) => encode(&self.0.read(now_ms, &op)),
+            Err(e) => encode(&Response::Error(format!("malformed command: {e}"))),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.0 = KvStore::restore(snapshot).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn digest(&self) -> u64 {
+        self.0.digest()
+    }
+
+    fn size(&self) -> u64 {
+        self.0.len() as u64
+    }
+}

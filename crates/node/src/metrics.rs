@@ -1,0 +1,273 @@
+//! What `/metrics` (Prometheus text) and `/status` (JSON) show, as the replica last published it.
+
+use serde::Serialize;
+
+/// Upper bounds of the latency histogram buckets, in microseconds.
+pub const LATENCY_BUCKETS_US: [u64; 14] = [
+    50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 500_000, 1_000_000,
+    5_000_000,
+];
+
+/// A fixed-bucket latency histogram.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Histogram {
+    /// Count per bucket of [`LATENCY_BUCKETS_US`]; the last slot counts the rest.
+    pub buckets: [u64; LATENCY_BUCKETS_US.len() + 1],
+    /// Sum of observations, µs.
+    pub sum_us: u64,
+    /// Observations.
+    pub count: u64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&mut self, us: u64) {
+        let i = LATENCY_BUCKETS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(LATENCY_BUCKETS_US.len());
+        self.buckets[i] += 1;
+        self.sum_us += us;
+        self.count += 1;
+    }
+
+    fn prometheus(&self, name: &str, help: &str, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cum = 0;
+        for (i, b) in LATENCY_BUCKETS_US.iter().enumerate() {
+            cum += self.buckets[i];
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cum}", *b as f64 / 1e6);
+        }
+        cum += self.buckets[LATENCY_BUCKETS_US.len()];
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+        let _ = writeln!(out, "{name}_sum {}", self.sum_us as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
+/// One replica's state as `/status` shows it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Status {
+    /// Node id.
+    pub id: u64,
+    /// follower, pre_candidate, candidate, leader, recovering.
+    pub role: String,
+    /// Current term.
+    pub term: u64,
+    /// Known leader (0: none).
+    pub leader: u64,
+    /// Commit index.
+    pub commit_index: u64,
+    /// Applied index.
+    pub applied_index: u64,
+    /// Last log index.
+    pub last_index: u64,
+    /// First index still in the log (after compaction).
+    pub first_index: u64,
+    /// Voters of the configuration in force.
+    pub voters: Vec<u64>,
+    /// Learners of the configuration in force.
+    pub learners: Vec<u64>,
+    /// `off` (the only data plane built so far).
+    pub dataplane: String,
+    /// Whether the data plane is enabled.
+    pub dataplane_enabled: bool,
+    /// `memory` or `fsync`.
+    pub durability: String,
+    /// `log`, `read_index` or `lease`.
+    pub read_mode: String,
+    /// Addresses served.
+    pub addresses: Addresses,
+    /// Keys in the key-value store.
+    pub keys: u64,
+    /// Digest of the replicated state (equal on replicas that applied the same index).
+    pub digest: u64,
+    /// Counters.
+    pub counters: Counters,
+    /// Write latency at this replica (request received → answered).
+    pub write_latency: Histogram,
+    /// Read latency at this replica.
+    pub read_latency: Histogram,
+}
+
+/// Addresses a replica serves.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Addresses {
+    /// Control-plane TCP.
+    pub raft: String,
+    /// Native UDP.
+    pub client: String,
+    /// Redis RESP.
+    pub redis: String,
+    /// memcached text.
+    pub memcache: String,
+    /// Admin HTTP.
+    pub admin: String,
+}
+
+/// Monotonic counters.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    /// Client requests received (all front-ends).
+    pub requests: u64,
+    /// Writes proposed to the log by this replica as leader.
+    pub proposals: u64,
+    /// Requests forwarded to the leader.
+    pub forwarded: u64,
+    /// Entries applied.
+    pub applied_entries: u64,
+    /// Client requests answered successfully.
+    pub answered: u64,
+    /// Client requests that timed out (outcome unknown to the client).
+    pub timeouts: u64,
+    /// Client requests refused because a queue was full.
+    pub busy: u64,
+    /// Retried commands answered from the session table.
+    pub duplicates: u64,
+    /// Elections this replica started.
+    pub elections: u64,
+    /// Times this replica became leader.
+    pub leader_elected: u64,
+    /// Snapshots taken.
+    pub snapshots_taken: u64,
+    /// Snapshots installed from a leader.
+    pub snapshots_installed: u64,
+    /// Storage fsyncs.
+    pub fsyncs: u64,
+    /// Raft messages the core rejected as malformed or out of place.
+    pub messages_rejected: u64,
+    /// Frames or connections from peers rejected as malformed.
+    pub frames_rejected: u64,
+    /// Frames to peers dropped (queue full or connection down).
+    pub frames_dropped: u64,
+    /// Bad client input: protocol errors, oversize values, unknown commands.
+    pub client_errors: u64,
+}
+
+impl Status {
+    /// Prometheus text exposition.
+    pub fn prometheus(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP waverunner_{name} {help}\n# TYPE waverunner_{name} gauge\nwaverunner_{name} {v}"
+            );
+        };
+        gauge("term", "Current Raft term.", self.term);
+        gauge(
+            "is_leader",
+            "1 if this replica leads.",
+            (self.role == "leader") as u64,
+        );
+        gauge("leader_id", "Known leader id (0: none).", self.leader);
+        gauge("commit_index", "Commit index.", self.commit_index);
+        gauge("applied_index", "Applied index.", self.applied_index);
+        gauge("last_index", "Last log index.", self.last_index);
+        gauge("keys", "Keys in the store.", self.keys);
+        gauge(
+            "dataplane_enabled",
+            "1 if the data plane is enabled.",
+            self.dataplane_enabled as u64,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP waverunner_role Role of this replica.\n# TYPE waverunner_role gauge\nwaverunner_role{{role=\"{}\"}} 1",
+            self.role
+        );
+        let c = &self.counters;
+        for (name, help, v) in [
+            ("requests_total", "Client requests received.", c.requests),
+            (
+                "proposals_total",
+                "Entries proposed as leader.",
+                c.proposals,
+            ),
+            (
+                "forwarded_total",
+                "Requests forwarded to the leader.",
+                c.forwarded,
+            ),
+            ("commits_total", "Entries applied.", c.applied_entries),
+            ("answered_total", "Requests answered.", c.answered),
+            ("timeouts_total", "Requests timed out.", c.timeouts),
+            ("busy_total", "Requests refused: queue full.", c.busy),
+            (
+                "duplicates_total",
+                "Retries answered from sessions.",
+                c.duplicates,
+            ),
+            ("elections_total", "Elections started.", c.elections),
+            (
+                "leader_elected_total",
+                "Times elected leader.",
+                c.leader_elected,
+            ),
+            (
+                "snapshots_taken_total",
+                "Snapshots taken.",
+                c.snapshots_taken,
+            ),
+            (
+                "snapshots_installed_total",
+                "Snapshots installed.",
+                c.snapshots_installed,
+            ),
+            ("fsyncs_total", "Storage syncs.", c.fsyncs),
+            (
+                "messages_rejected_total",
+                "Raft messages rejected.",
+                c.messages_rejected,
+            ),
+            (
+                "frames_rejected_total",
+                "Peer frames rejected.",
+                c.frames_rejected,
+            ),
+            (
+                "frames_dropped_total",
+                "Peer frames dropped.",
+                c.frames_dropped,
+            ),
+            ("client_errors_total", "Bad client input.", c.client_errors),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP waverunner_{name} {help}\n# TYPE waverunner_{name} counter\nwaverunner_{name} {v}"
+            );
+        }
+        self.write_latency.prometheus(
+            "waverunner_write_latency_seconds",
+            "Write latency at this replica.",
+            &mut out,
+        );
+        self.read_latency.prometheus(
+            "waverunner_read_latency_seconds",
+            "Read latency at this replica.",
+            &mut out,
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_in_prometheus() {
+        let mut h = Histogram::default();
+        for us in [10, 60, 60, 10_000_000] {
+            h.observe(us);
+        }
+        let mut s = String::new();
+        h.prometheus("x", "y", &mut s);
+        assert!(s.contains("x_bucket{le=\"0.00005\"} 1"), "{s}");
+        assert!(s.contains("x_bucket{le=\"0.0001\"} 3"), "{s}");
+        assert!(s.contains("x_bucket{le=\"5\"} 3"), "{s}");
+        assert!(s.contains("x_bucket{le=\"+Inf\"} 4"), "{s}");
+        assert!(s.contains("x_count 4"), "{s}");
+    }
+}

@@ -1,0 +1,721 @@
+//! The replica loop: one thread owns the Raft core, the storage and the replicated state, and
+//! handles events in order — ticks, frames from peers, client requests — then acts on the
+//! core's ready batches (persist, send, apply, answer). Nothing else touches Raft state.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use waverunner_raft::{
+    Config as RaftConfig, EntryKind, ProposeError, Raft, ReadError, ReadMode, Ready, Role,
+};
+use waverunner_storage::Storage;
+
+use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
+use crate::metrics::{Counters, Histogram, Status};
+use crate::sm::{Envelope, Outcome, Replicated, StateMachine};
+use crate::transport::Transport;
+use crate::wire::Frame;
+
+/// Events queued to the replica loop at most; a client request beyond it is refused (busy).
+pub const EVENT_QUEUE: usize = 65_536;
+/// Client requests in flight at one replica at most; beyond it requests are refused (busy).
+pub const MAX_IN_FLIGHT: usize = 100_000;
+
+/// Why a client request failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientError {
+    /// Not answered in time: the write may or may not have happened.
+    Timeout,
+    /// No leader could take the request in time, or the cluster refused it (never applied).
+    Unavailable(String),
+    /// The session already moved past this sequence number (never applied now).
+    Stale,
+    /// Too many requests in flight; try again (never applied).
+    Busy,
+    /// The replica is shutting down (outcome unknown if it was already proposed).
+    ShuttingDown,
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Timeout => {
+                write!(f, "timed out waiting for the cluster (outcome unknown)")
+            }
+            ClientError::Unavailable(why) => write!(f, "cluster unavailable: {why}"),
+            ClientError::Stale => write!(f, "stale request: the session has a newer one"),
+            ClientError::Busy => write!(f, "replica busy, retry"),
+            ClientError::ShuttingDown => write!(f, "replica shutting down"),
+        }
+    }
+}
+
+/// Called once with the result of a client request.
+pub type Replier = Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>;
+
+/// A client request for the replica loop.
+pub struct Submit {
+    /// Session id (0: none).
+    pub client: u64,
+    /// Sequence number in the session.
+    pub seq: u64,
+    /// The state-machine command.
+    pub command: Vec<u8>,
+    /// Where the answer goes.
+    pub reply: Replier,
+}
+
+/// An event for the replica loop.
+pub enum Event {
+    /// A frame from a peer.
+    Peer(u64, Frame),
+    /// A client request.
+    Submit(Submit),
+    /// Bad client input seen by a front-end (counted).
+    ClientError,
+    /// Stop.
+    Shutdown,
+}
+
+/// What front-ends and the admin server hold to talk to the replica.
+#[derive(Clone)]
+pub struct Handle {
+    tx: SyncSender<Event>,
+    status: Arc<Mutex<Status>>,
+}
+
+impl Handle {
+    /// A handle on the queue `tx` of a replica publishing into `status`.
+    pub fn new(tx: SyncSender<Event>, status: Arc<Mutex<Status>>) -> Handle {
+        Handle { tx, status }
+    }
+
+    /// Submits a request; `reply` is called exactly once.
+    pub fn submit(&self, client: u64, seq: u64, command: Vec<u8>, reply: Replier) {
+        let s = Submit {
+            client,
+            seq,
+            command,
+            reply,
+        };
+        match self.tx.try_send(Event::Submit(s)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(Event::Submit(s))) => (s.reply)(Err(ClientError::Busy)),
+            Err(TrySendError::Disconnected(Event::Submit(s))) => {
+                (s.reply)(Err(ClientError::ShuttingDown))
+            }
+            Err(_) => unreachable!("submitted a Submit"),
+        }
+    }
+
+    /// Submits a request and waits for its answer.
+    pub fn call(&self, client: u64, seq: u64, command: Vec<u8>) -> Result<Vec<u8>, ClientError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.submit(
+            client,
+            seq,
+            command,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().unwrap_or(Err(ClientError::ShuttingDown))
+    }
+
+    /// Counts a bad client input.
+    pub fn client_error(&self) {
+        let _ = self.tx.try_send(Event::ClientError);
+    }
+
+    /// The status the replica published last (every tick).
+    pub fn status(&self) -> Status {
+        self.status.lock().expect("status").clone()
+    }
+
+    /// The replica loop's queue (for the transport).
+    pub fn sender(&self) -> SyncSender<Event> {
+        self.tx.clone()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Waiting for a leader (retried every tick).
+    Routing,
+    /// Proposed by this replica as leader.
+    Proposed,
+    /// Forwarded to the leader.
+    Forwarded,
+    /// Waiting for a ReadIndex answer or for the applied index to reach it.
+    Reading,
+}
+
+struct Request {
+    client: u64,
+    seq: u64,
+    command: Vec<u8>,
+    read: bool,
+    stage: Stage,
+    reply: Replier,
+    started: Instant,
+    deadline: Instant,
+}
+
+/// Milliseconds since the Unix epoch by the local clock.
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A fatal error of the replica loop (storage failed): the replica stops.
+#[derive(Debug)]
+pub struct Fatal(pub String);
+
+/// The replica loop's state.
+pub struct Replica<S: StateMachine> {
+    cfg: NodeConfig,
+    raft: Raft,
+    storage: Storage,
+    state: Replicated<S>,
+    transport: Arc<Transport>,
+    status: Arc<Mutex<Status>>,
+    addresses: crate::metrics::Addresses,
+    next_req: u64,
+    requests: HashMap<u64, Request>,
+    retry: Vec<u64>,
+    /// Reads answered by ReadIndex, waiting for the applied index: (index, request id).
+    reads_waiting: BTreeSet<(u64, u64)>,
+    counters: Counters,
+    write_latency: Histogram,
+    read_latency: Histogram,
+    role: Role,
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// Opens storage, restores the state machine and builds the Raft core.
+    pub fn open(
+        cfg: NodeConfig,
+        sm: S,
+        transport: Arc<Transport>,
+        status: Arc<Mutex<Status>>,
+        addresses: crate::metrics::Addresses,
+    ) -> Result<Replica<S>, Fatal> {
+        let durability = match cfg.durability {
+            DurabilityMode::Memory => waverunner_storage::Durability::Memory,
+            DurabilityMode::Fsync => waverunner_storage::Durability::Fsync,
+        };
+        let (storage, recovered) = Storage::open(&cfg.data_dir, durability).map_err(|e| {
+            Fatal(format!(
+                "cannot open storage in {}: {e}",
+                cfg.data_dir.display()
+            ))
+        })?;
+        let initial = waverunner_raft::ConfState {
+            voters: cfg.voters(),
+            learners: vec![],
+        };
+        let boot = recovered.into_bootstrap(initial);
+        let mut state = Replicated::new(sm);
+        if let Some(s) = &boot.snapshot {
+            state
+                .restore(s.meta.index, &s.data)
+                .map_err(|e| Fatal(format!("cannot restore the snapshot on disk: {e}")))?;
+        }
+        let rcfg = RaftConfig {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            read_mode: match cfg.read_mode {
+                ReadModeConfig::Lease => ReadMode::Lease,
+                _ => ReadMode::ReadIndex,
+            },
+            seed: wall_ms() ^ (u64::from(std::process::id()) << 32) ^ cfg.id,
+            ..RaftConfig::default()
+        };
+        let raft = Raft::new(rcfg, boot).map_err(|e| Fatal(format!("cannot start Raft: {e}")))?;
+        let next_req = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        let role = raft.role();
+        Ok(Replica {
+            cfg,
+            raft,
+            storage,
+            state,
+            transport,
+            status,
+            addresses,
+            // Request ids are unique across restarts: an entry proposed by an earlier
+            // incarnation must never answer a request of this one.
+            next_req,
+            requests: HashMap::new(),
+            retry: Vec::new(),
+            reads_waiting: BTreeSet::new(),
+            counters: Counters::default(),
+            write_latency: Histogram::default(),
+            read_latency: Histogram::default(),
+            role,
+        })
+    }
+
+    /// Runs until shutdown or a fatal error.
+    pub fn run(mut self, rx: Receiver<Event>, stop: Arc<AtomicBool>) -> Result<(), Fatal> {
+        let tick = Duration::from_millis(self.cfg.tick_ms);
+        let mut next_tick = Instant::now() + tick;
+        self.drive()?;
+        self.publish();
+        'outer: loop {
+            let now = Instant::now();
+            if now >= next_tick {
+                self.on_tick();
+                next_tick += tick;
+                if next_tick < now {
+                    next_tick = now + tick;
+                }
+            }
+            match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+                Ok(ev) => {
+                    if !self.on_event(ev) {
+                        break 'outer;
+                    }
+                    // Take what else is queued before persisting: one sync for all (group commit).
+                    for _ in 0..1_024 {
+                        match rx.try_recv() {
+                            Ok(ev) => {
+                                if !self.on_event(ev) {
+                                    break 'outer;
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            self.drive()?;
+        }
+        self.drive()?;
+        let _ = self.storage.sync();
+        for (_, r) in self.requests.drain() {
+            (r.reply)(Err(ClientError::ShuttingDown));
+        }
+        self.publish();
+        Ok(())
+    }
+
+    fn on_event(&mut self, ev: Event) -> bool {
+        match ev {
+            Event::Peer(from, f) => self.on_frame(from, f),
+            Event::Submit(s) => self.on_submit(s),
+            Event::ClientError => self.counters.client_errors += 1,
+            Event::Shutdown => return false,
+        }
+        true
+    }
+
+    fn on_submit(&mut self, s: Submit) {
+        self.counters.requests += 1;
+        if self.requests.len() >= MAX_IN_FLIGHT {
+            self.counters.busy += 1;
+            (s.reply)(Err(ClientError::Busy));
+            return;
+        }
+        let read =
+            self.cfg.read_mode != ReadModeConfig::Log && self.state.sm.is_read_only(&s.command);
+        let id = self.next_req;
+        self.next_req += 1;
+        let now = Instant::now();
+        self.requests.insert(
+            id,
+            Request {
+                client: s.client,
+                seq: s.seq,
+                command: s.command,
+                read,
+                stage: Stage::Routing,
+                reply: s.reply,
+                started: now,
+                deadline: now + Duration::from_millis(self.cfg.request_timeout_ms),
+            },
+        );
+        self.route(id);
+    }
+
+    /// Sends a request on its way: a read to ReadIndex, a write into the log (leader) or to
+    /// the leader (follower); without a leader it waits for the next tick.
+    fn route(&mut self, id: u64) {
+        let Some(r) = self.requests.get(&id) else {
+            return;
+        };
+        debug_assert_eq!(r.stage, Stage::Routing);
+        if r.read {
+            match self.raft.read_index(id.to_le_bytes().to_vec()) {
+                Ok(()) => self.set_stage(id, Stage::Reading),
+                Err(
+                    ReadError::NoLeader
+                    | ReadError::Retry
+                    | ReadError::NotCommittedInTerm
+                    | ReadError::Unavailable
+                    | ReadError::DataPlaneEnabled,
+                ) => self.retry.push(id),
+                Err(e) => self.fail(id, ClientError::Unavailable(e.to_string())),
+            }
+            return;
+        }
+        if self.raft.role() == Role::Leader {
+            let env = Envelope {
+                origin: self.cfg.id,
+                req: id,
+                client: r.client,
+                seq: r.seq,
+                now_ms: wall_ms(),
+                command: r.command.clone(),
+            };
+            match self.raft.propose(env.encode()) {
+                Ok(_) => {
+                    self.counters.proposals += 1;
+                    self.set_stage(id, Stage::Proposed);
+                }
+                Err(ProposeError::Retry | ProposeError::TransferInProgress) => self.retry.push(id),
+                Err(ProposeError::NotLeader { .. }) => self.retry.push(id),
+                Err(e) => self.fail(id, ClientError::Unavailable(e.to_string())),
+            }
+            return;
+        }
+        let leader = self.raft.leader();
+        if leader != 0 && leader != self.cfg.id {
+            let f = Frame::Forward {
+                req: id,
+                client: r.client,
+                seq: r.seq,
+                command: r.command.clone(),
+            };
+            self.transport.send(leader, &f);
+            self.counters.forwarded += 1;
+            self.set_stage(id, Stage::Forwarded);
+        } else {
+            self.retry.push(id);
+        }
+    }
+
+    fn set_stage(&mut self, id: u64, stage: Stage) {
+        if let Some(r) = self.requests.get_mut(&id) {
+            r.stage = stage;
+        }
+    }
+
+    fn fail(&mut self, id: u64, e: ClientError) {
+        if let Some(r) = self.requests.remove(&id) {
+            if e == ClientError::Timeout {
+                self.counters.timeouts += 1;
+            }
+            (r.reply)(Err(e));
+        }
+    }
+
+    fn answer(&mut self, id: u64, result: Vec<u8>) {
+        if let Some(r) = self.requests.remove(&id) {
+            let us = r.started.elapsed().as_micros() as u64;
+            if r.read {
+                self.read_latency.observe(us);
+            } else {
+                self.write_latency.observe(us);
+            }
+            self.counters.answered += 1;
+            (r.reply)(Ok(result));
+        }
+    }
+
+    fn on_frame(&mut self, from: u64, f: Frame) {
+        match f {
+            Frame::Raft(m) => {
+                if let Err(e) = self.raft.step(m) {
+                    tracing::debug!("rejected a message from {from}: {e}");
+                }
+            }
+            Frame::Forward {
+                req,
+                client,
+                seq,
+                command,
+            } => {
+                let proposed = self.raft.role() == Role::Leader && {
+                    let env = Envelope {
+                        origin: from,
+                        req,
+                        client,
+                        seq,
+                        now_ms: wall_ms(),
+                        command,
+                    };
+                    self.raft.propose(env.encode()).is_ok()
+                };
+                if proposed {
+                    self.counters.proposals += 1;
+                } else {
+                    // Not in the log: the origin may route it again without risk of a double apply.
+                    let leader = self.raft.leader();
+                    self.transport
+                        .send(from, &Frame::ForwardNack { req, leader });
+                }
+            }
+            Frame::ForwardNack { req, .. } => {
+                if self
+                    .requests
+                    .get(&req)
+                    .is_some_and(|r| r.stage == Stage::Forwarded)
+                {
+                    self.set_stage(req, Stage::Routing);
+                    self.retry.push(req);
+                }
+            }
+            Frame::Hello { .. } | Frame::Chunk { .. } => {}
+        }
+    }
+
+    fn on_tick(&mut self) {
+        self.raft.tick();
+        let now = Instant::now();
+        let expired: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            let routing = self
+                .requests
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Routing);
+            if routing {
+                // Never proposed nor forwarded: certainly not applied.
+                self.fail(id, ClientError::Unavailable("no leader".into()));
+            } else {
+                self.fail(id, ClientError::Timeout);
+            }
+        }
+        self.reads_waiting
+            .retain(|(_, id)| self.requests.contains_key(id));
+        for id in std::mem::take(&mut self.retry) {
+            if self
+                .requests
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Routing)
+            {
+                self.route(id);
+            }
+        }
+        self.publish();
+    }
+
+    /// Acts on every ready batch: persist, send, apply, answer.
+    fn drive(&mut self) -> Result<(), Fatal> {
+        while self.raft.has_ready() {
+            let rd = self.raft.ready();
+            self.handle_ready(rd)?;
+            self.raft.advance();
+            self.serve_reads();
+            self.maybe_compact()?;
+        }
+        Ok(())
+    }
+
+    fn handle_ready(&mut self, rd: Ready) -> Result<(), Fatal> {
+        let storage_err = |e: waverunner_storage::StorageError| Fatal(format!("storage: {e}"));
+        if let Some(ss) = rd.soft_state {
+            if ss.role != self.role {
+                tracing::info!(
+                    "node {} is now {:?} in term {} (leader {})",
+                    self.cfg.id,
+                    ss.role,
+                    self.raft.term(),
+                    ss.leader
+                );
+                if ss.role == Role::Leader {
+                    self.counters.leader_elected += 1;
+                }
+                if self.role == Role::Recovering {
+                    // Caught up from a leader: from now on a restart keeps this log.
+                    self.storage
+                        .mark_caught_up()
+                        .map_err(|e| Fatal(format!("storage: {e}")))?;
+                }
+                if matches!(ss.role, Role::Candidate | Role::PreCandidate)
+                    && !matches!(self.role, Role::Candidate | Role::PreCandidate)
+                {
+                    self.counters.elections += 1;
+                }
+                self.role = ss.role;
+            }
+        }
+        if let Some(cmd) = &rd.dataplane {
+            // No data plane is built yet: the core is configured without one.
+            return Err(Fatal(format!("unexpected data-plane command {cmd:?}")));
+        }
+        if let Some(snap) = &rd.snapshot {
+            self.storage.save_snapshot(snap).map_err(storage_err)?;
+            self.state
+                .restore(snap.meta.index, &snap.data)
+                .map_err(|e| Fatal(format!("cannot install the leader's snapshot: {e}")))?;
+            self.counters.snapshots_installed += 1;
+            tracing::info!("installed a snapshot at index {}", snap.meta.index);
+        }
+        if !rd.entries.is_empty() {
+            self.storage.append(&rd.entries).map_err(storage_err)?;
+        }
+        if let Some(hs) = rd.hard_state {
+            self.storage.set_hard_state(hs).map_err(storage_err)?;
+        }
+        if self.storage.sync().map_err(storage_err)? > 0 {
+            self.counters.fsyncs += 1;
+        }
+        for m in rd.messages {
+            let to = m.to;
+            self.transport.send(to, &Frame::Raft(m));
+        }
+        for e in &rd.committed_entries {
+            if e.index <= self.state.applied {
+                continue;
+            }
+            self.counters.applied_entries += 1;
+            if e.kind == EntryKind::ConfChange || e.data.is_empty() {
+                self.state.skip(e.index);
+                continue;
+            }
+            let env = match Envelope::decode(&e.data) {
+                Ok(env) => env,
+                Err(err) => {
+                    // Only replicas write entries; a bad one is a bug, but it must not wedge us.
+                    tracing::error!("entry {} is not an envelope: {err}", e.index);
+                    self.state.skip(e.index);
+                    continue;
+                }
+            };
+            let outcome = self.state.apply(e.index, &env);
+            if env.origin != self.cfg.id {
+                continue;
+            }
+            let mine = self
+                .requests
+                .get(&env.req)
+                .is_some_and(|r| r.client == env.client && r.seq == env.seq && !r.read);
+            if !mine {
+                continue;
+            }
+            match outcome {
+                Outcome::Applied(r) => self.answer(env.req, r),
+                Outcome::Duplicate(r) => {
+                    self.counters.duplicates += 1;
+                    self.answer(env.req, r);
+                }
+                Outcome::Stale => self.fail(env.req, ClientError::Stale),
+            }
+        }
+        for rs in rd.read_states {
+            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
+                continue;
+            };
+            let id = u64::from_le_bytes(b);
+            if self
+                .requests
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Reading)
+            {
+                self.reads_waiting.insert((rs.index, id));
+            }
+        }
+        Ok(())
+    }
+
+    fn serve_reads(&mut self) {
+        while let Some(&(index, id)) = self.reads_waiting.first() {
+            if index > self.state.applied {
+                break;
+            }
+            self.reads_waiting.pop_first();
+            let Some(r) = self.requests.get(&id) else {
+                continue;
+            };
+            let result = self
+                .state
+                .sm
+                .query(wall_ms().max(self.state.now_ms), &r.command);
+            self.answer(id, result);
+        }
+    }
+
+    fn maybe_compact(&mut self) -> Result<(), Fatal> {
+        let applied = self.state.applied;
+        if applied < self.raft.first_index() + self.cfg.snapshot_entries {
+            return Ok(());
+        }
+        let data = self.state.snapshot();
+        if self.raft.compact(applied, data).is_ok() {
+            let snap = self.raft.snapshot().expect("just compacted").clone();
+            self.storage
+                .save_snapshot(&snap)
+                .map_err(|e| Fatal(format!("storage: {e}")))?;
+            self.counters.snapshots_taken += 1;
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self) {
+        let t = &self.transport.stats;
+        self.counters.frames_rejected = t.frames_rejected.load(Ordering::Relaxed);
+        self.counters.frames_dropped = t.frames_dropped.load(Ordering::Relaxed);
+        self.counters.messages_rejected = self.raft.counters().messages_rejected;
+        let conf = self.raft.conf_state().clone();
+        let s = Status {
+            id: self.cfg.id,
+            role: role_name(self.raft.role()).into(),
+            term: self.raft.term(),
+            leader: self.raft.leader(),
+            commit_index: self.raft.commit_index(),
+            applied_index: self.state.applied,
+            last_index: self.raft.last_index(),
+            first_index: self.raft.first_index(),
+            voters: conf.voters,
+            learners: conf.learners,
+            dataplane: "off".into(),
+            dataplane_enabled: false,
+            durability: match self.cfg.durability {
+                DurabilityMode::Memory => "memory",
+                DurabilityMode::Fsync => "fsync",
+            }
+            .into(),
+            read_mode: match self.cfg.read_mode {
+                ReadModeConfig::Log => "log",
+                ReadModeConfig::ReadIndex => "read_index",
+                ReadModeConfig::Lease => "lease",
+            }
+            .into(),
+            addresses: self.addresses.clone(),
+            keys: self.state.sm.size(),
+            digest: self.state.sm.digest(),
+            counters: self.counters.clone(),
+            write_latency: self.write_latency.clone(),
+            read_latency: self.read_latency.clone(),
+        };
+        *self.status.lock().expect("status") = s;
+    }
+}
+
+/// The name of a role in `/status`.
+pub fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Follower => "follower",
+        Role::PreCandidate => "pre_candidate",
+        Role::Candidate => "candidate",
+        Role::Leader => "leader",
+        Role::Recovering => "recovering",
+    }
+}

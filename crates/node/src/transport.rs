@@ -1,0 +1,260 @@
+//! TCP transport between replicas: one outbound connection per peer with a bounded send queue
+//! and reconnection with backoff, and inbound connections whose frames are checked and handed
+//! to the replica's event queue. Raft tolerates loss: a full queue or a broken connection drops
+//! frames (counted), it never blocks the replica.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use crate::wire::{self, Frame, Reassembly, HEADER_LEN};
+
+/// Frames queued per peer before new ones are dropped.
+pub const SEND_QUEUE: usize = 4_096;
+/// Inbound connections accepted at once.
+pub const MAX_INBOUND: usize = 64;
+
+/// Transport counters (exported in `/metrics`).
+#[derive(Default, Debug)]
+pub struct TransportStats {
+    /// Frames sent to peers.
+    pub frames_sent: AtomicU64,
+    /// Frames dropped because a peer's queue was full or its connection broke.
+    pub frames_dropped: AtomicU64,
+    /// Frames received from peers.
+    pub frames_received: AtomicU64,
+    /// Malformed frames or connections (bad magic, checksum, encoding): the connection closes.
+    pub frames_rejected: AtomicU64,
+    /// Outbound connections established.
+    pub connects: AtomicU64,
+}
+
+/// What inbound connections deliver: (sender node id, frame).
+pub type Inbound = (u64, Frame);
+
+/// Outbound half: queues per peer.
+pub struct Transport {
+    queues: Mutex<HashMap<u64, SyncSender<Vec<u8>>>>,
+    /// Counters.
+    pub stats: Arc<TransportStats>,
+    self_id: u64,
+    stop: Arc<AtomicBool>,
+}
+
+impl Transport {
+    /// Starts accepting on `listener` (delivering to `deliver`) and connecting to `peers`.
+    pub fn start(
+        self_id: u64,
+        listener: TcpListener,
+        peers: &[(u64, SocketAddr)],
+        deliver: impl Fn(Inbound) -> bool + Send + Sync + 'static,
+        stop: Arc<AtomicBool>,
+    ) -> Arc<Transport> {
+        let stats = Arc::new(TransportStats::default());
+        let t = Arc::new(Transport {
+            queues: Mutex::new(HashMap::new()),
+            stats: stats.clone(),
+            self_id,
+            stop: stop.clone(),
+        });
+        for (id, addr) in peers {
+            t.add_peer(*id, *addr);
+        }
+        let deliver = Arc::new(deliver);
+        thread::Builder::new()
+            .name("raft-accept".into())
+            .spawn(move || accept_loop(listener, deliver, stats, stop))
+            .expect("spawn accept thread");
+        t
+    }
+
+    /// Starts connecting to a peer (idempotent).
+    pub fn add_peer(&self, id: u64, addr: SocketAddr) {
+        let mut q = self.queues.lock().expect("queues");
+        if q.contains_key(&id) || id == self.self_id {
+            return;
+        }
+        let (tx, rx) = sync_channel(SEND_QUEUE);
+        q.insert(id, tx);
+        let (stats, stop, me) = (self.stats.clone(), self.stop.clone(), self.self_id);
+        thread::Builder::new()
+            .name(format!("raft-send-{id}"))
+            .spawn(move || send_loop(me, addr, rx, stats, stop))
+            .expect("spawn sender thread");
+    }
+
+    /// Queues `f` for peer `to`; drops it (counted) if the queue is full or `to` is unknown.
+    pub fn send(&self, to: u64, f: &Frame) {
+        let mut buf = Vec::new();
+        wire::encode_frames(f, &mut buf);
+        let q = self.queues.lock().expect("queues");
+        match q.get(&to).map(|tx| tx.try_send(buf)) {
+            Some(Ok(())) => {}
+            Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => {
+                self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn send_loop(
+    me: u64,
+    addr: SocketAddr,
+    rx: Receiver<Vec<u8>>,
+    stats: Arc<TransportStats>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut backoff = Duration::from_millis(5);
+    while !stop.load(Ordering::Relaxed) {
+        let mut s = match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(s) => s,
+            Err(_) => {
+                // Frames queued for an unreachable peer are stale by the time it is back.
+                while rx.try_recv().is_ok() {
+                    stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(5);
+        stats.connects.fetch_add(1, Ordering::Relaxed);
+        let _ = s.set_nodelay(true);
+        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+        let mut hello = Vec::new();
+        wire::encode_frames(&Frame::Hello { node: me }, &mut hello);
+        if s.write_all(&hello).is_err() {
+            continue;
+        }
+        let mut batch = Vec::new();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(f) => batch.extend_from_slice(&f),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let mut n = 1;
+            // Coalesce what is queued into one write (bounded).
+            while batch.len() < 4 << 20 {
+                match rx.try_recv() {
+                    Ok(f) => {
+                        batch.extend_from_slice(&f);
+                        n += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if s.write_all(&batch).is_err() {
+                stats.frames_dropped.fetch_add(n, Ordering::Relaxed);
+                batch.clear();
+                break;
+            }
+            stats.frames_sent.fetch_add(n, Ordering::Relaxed);
+            batch.clear();
+        }
+    }
+}
+
+fn accept_loop<D: Fn(Inbound) -> bool + Send + Sync + 'static>(
+    listener: TcpListener,
+    deliver: Arc<D>,
+    stats: Arc<TransportStats>,
+    stop: Arc<AtomicBool>,
+) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let _ = listener.set_nonblocking(true);
+    while !stop.load(Ordering::Relaxed) {
+        let (s, _) = match listener.accept() {
+            Ok(x) => x,
+            Err(_) => {
+                thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        if open.load(Ordering::Relaxed) >= MAX_INBOUND {
+            stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (deliver, stats, open) = (deliver.clone(), stats.clone(), open.clone());
+        let _ = thread::Builder::new()
+            .name("raft-recv".into())
+            .spawn(move || {
+                if let Err(e) = recv_loop(s, &*deliver, &stats) {
+                    stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("closing a replica connection: {e}");
+                }
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+    }
+}
+
+fn read_frame(s: &mut TcpStream) -> Result<Option<Frame>, String> {
+    let mut h = [0u8; HEADER_LEN];
+    match s.read_exact(&mut h) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let (kind, len, crc) = wire::decode_header(&h).map_err(|e| e.to_string())?;
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).map_err(|e| e.to_string())?;
+    wire::decode_payload(kind, crc, &p)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+fn recv_loop(
+    mut s: TcpStream,
+    deliver: &dyn Fn(Inbound) -> bool,
+    stats: &TransportStats,
+) -> Result<(), String> {
+    let _ = s.set_nodelay(true);
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let from = match read_frame(&mut s)? {
+        Some(Frame::Hello { node }) if node != 0 => node,
+        Some(_) => return Err("the first frame was not a hello".into()),
+        None => return Ok(()),
+    };
+    // Peers may be idle for long: only the hello has a deadline.
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let mut re = Reassembly::default();
+    while let Some(f) = read_frame(&mut s)? {
+        stats.frames_received.fetch_add(1, Ordering::Relaxed);
+        let f = match f {
+            Frame::Chunk {
+                total,
+                offset,
+                kind,
+                bytes,
+            } => match re
+                .push(total, offset, kind, &bytes)
+                .map_err(|e| e.to_string())?
+            {
+                Some(f) => f,
+                None => continue,
+            },
+            Frame::Hello { .. } => return Err("a second hello".into()),
+            f => f,
+        };
+        if let Frame::Raft(m) = &f {
+            if m.from != from {
+                return Err(format!("node {from} sent a message from {}", m.from));
+            }
+        }
+        if !deliver((from, f)) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
