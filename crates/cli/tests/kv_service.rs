@@ -1,0 +1,570 @@
+//! The key-value service of a 3-replica cluster of real `waverunner node` processes, driven by
+//! real clients: `redis-cli` and `redis-benchmark`, pymemcache and the libmemcached tools, and
+//! the native UDP client. Every command goes through every replica (followers forward writes to
+//! the leader), and reads through every replica must see a write acknowledged through another
+//! (linearizable reads).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn cluster3(opts: Opts) -> Cluster {
+    let mut c = Cluster::start(3, opts);
+    c.wait_leader(WAIT);
+    c
+}
+
+/// `redis-cli` `args` at `addr` must print exactly `want`.
+#[track_caller]
+fn on(addr: SocketAddr, args: &[&str], want: &str) {
+    let got = redis(addr, args);
+    assert_eq!(got, want, "redis-cli {args:?} at {addr}");
+}
+
+/// `redis-cli` `args` must print `want` at every replica.
+#[track_caller]
+fn everywhere(c: &Cluster, args: &[&str], want: &str) {
+    for id in c.ids() {
+        let got = redis(c.redis_addr(id), args);
+        assert_eq!(got, want, "redis-cli {args:?} at node {id}");
+    }
+}
+
+/// The integer of a `(integer) N` line.
+#[track_caller]
+fn int_of(s: &str) -> i64 {
+    s.strip_prefix("(integer) ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not an integer reply: {s:?}"))
+}
+
+/// `TTL`/`PTTL`-like `args` must give an integer in `range` at every replica.
+#[track_caller]
+fn int_everywhere_in(c: &Cluster, args: &[&str], range: std::ops::RangeInclusive<i64>) {
+    for id in c.ids() {
+        let n = int_of(&redis(c.redis_addr(id), args));
+        assert!(
+            range.contains(&n),
+            "redis-cli {args:?} at node {id}: {n} not in {range:?}"
+        );
+    }
+}
+
+#[test]
+fn redis_cli_every_command_through_every_replica() {
+    require_tool("redis-cli");
+    let c = cluster3(Opts::default());
+    let leader = c.status(1).leader;
+    for w in c.ids() {
+        let a = c.redis_addr(w);
+        let k = |s: &str| format!("w{w}:{s}");
+        let (k1, k2, ex, px, sn, gs, m1, m2, ctr, ap, nosuch) = (
+            k("k1"),
+            k("k2"),
+            k("ex"),
+            k("px"),
+            k("sn"),
+            k("gs"),
+            k("m1"),
+            k("m2"),
+            k("ctr"),
+            k("ap"),
+            k("nosuch"),
+        );
+
+        // Commands answered without the store.
+        on(a, &["PING"], "PONG");
+        on(a, &["PING", "hello world"], "\"hello world\"");
+        on(a, &["ECHO", "hi there"], "\"hi there\"");
+
+        on(a, &["FLUSHALL"], "OK");
+        everywhere(&c, &["DBSIZE"], "(integer) 0");
+
+        // SET and its options; GET everywhere right after each acknowledged write.
+        on(a, &["SET", &k1, "v1"], "OK");
+        everywhere(&c, &["GET", &k1], "\"v1\"");
+        on(a, &["SET", &k1, "v2", "XX"], "OK");
+        everywhere(&c, &["GET", &k1], "\"v2\"");
+        on(a, &["SET", &k1, "v3", "NX"], "(nil)");
+        everywhere(&c, &["GET", &k1], "\"v2\"");
+        on(a, &["SET", &k2, "v", "NX"], "OK");
+        on(a, &["SET", &nosuch, "v", "XX"], "(nil)");
+        everywhere(&c, &["EXISTS", &k2, &nosuch], "(integer) 1");
+        on(a, &["SET", &k1, "v4", "GET"], "\"v2\"");
+        everywhere(&c, &["GET", &k1], "\"v4\"");
+        on(a, &["SET", &ex, "v", "EX", "100"], "OK");
+        int_everywhere_in(&c, &["TTL", &ex], 95..=100);
+        int_everywhere_in(&c, &["PTTL", &ex], 90_000..=100_000);
+        on(a, &["SET", &px, "v", "PX", "60000"], "OK");
+        int_everywhere_in(&c, &["PTTL", &px], 50_000..=60_000);
+        on(
+            a,
+            &["SET", &px, "v", "EX", "notanumber"],
+            "(error) ERR value is not an integer or out of range",
+        );
+        on(
+            a,
+            &["SET", &px, "v", "NX", "XX"],
+            "(error) ERR syntax error",
+        );
+
+        // SETNX, GETSET.
+        on(a, &["SETNX", &k1, "x"], "(integer) 0");
+        on(a, &["SETNX", &sn, "x"], "(integer) 1");
+        everywhere(&c, &["GET", &sn], "\"x\"");
+        on(a, &["GETSET", &k1, "v5"], "\"v4\"");
+        on(a, &["GETSET", &gs, "a"], "(nil)");
+        everywhere(&c, &["GET", &k1], "\"v5\"");
+        everywhere(&c, &["GET", &gs], "\"a\"");
+
+        // MSET, MGET, DEL, EXISTS.
+        on(a, &["MSET", &m1, "a", &m2, "b"], "OK");
+        everywhere(
+            &c,
+            &["MGET", &m1, &nosuch, &m2],
+            "1) \"a\"\n2) (nil)\n3) \"b\"",
+        );
+        on(a, &["DEL", &m1, &m2, &nosuch], "(integer) 2");
+        everywhere(&c, &["EXISTS", &m1, &m2], "(integer) 0");
+        everywhere(&c, &["GET", &m1], "(nil)");
+        everywhere(&c, &["EXISTS", &k1, &k2, &nosuch], "(integer) 2");
+
+        // Counters.
+        on(a, &["INCR", &ctr], "(integer) 1");
+        on(a, &["INCRBY", &ctr, "10"], "(integer) 11");
+        on(a, &["DECR", &ctr], "(integer) 10");
+        on(a, &["DECRBY", &ctr, "5"], "(integer) 5");
+        everywhere(&c, &["GET", &ctr], "\"5\"");
+        on(
+            a,
+            &["INCR", &k1],
+            "(error) ERR value is not an integer or out of range",
+        );
+        on(
+            a,
+            &["INCRBY", &ctr, "x"],
+            "(error) ERR value is not an integer or out of range",
+        );
+        everywhere(&c, &["GET", &ctr], "\"5\"");
+
+        // APPEND, STRLEN.
+        on(a, &["APPEND", &ap, "hello"], "(integer) 5");
+        on(a, &["APPEND", &ap, " world"], "(integer) 11");
+        everywhere(&c, &["GET", &ap], "\"hello world\"");
+        everywhere(&c, &["STRLEN", &ap], "(integer) 11");
+        everywhere(&c, &["STRLEN", &nosuch], "(integer) 0");
+
+        // EXPIRE, PEXPIRE, TTL, PTTL, PERSIST.
+        on(a, &["EXPIRE", &ap, "100"], "(integer) 1");
+        int_everywhere_in(&c, &["TTL", &ap], 95..=100);
+        on(a, &["PEXPIRE", &ap, "50000"], "(integer) 1");
+        int_everywhere_in(&c, &["PTTL", &ap], 40_000..=50_000);
+        on(a, &["PERSIST", &ap], "(integer) 1");
+        everywhere(&c, &["TTL", &ap], "(integer) -1");
+        everywhere(&c, &["PTTL", &ap], "(integer) -1");
+        on(a, &["PERSIST", &ap], "(integer) 0");
+        everywhere(&c, &["TTL", &nosuch], "(integer) -2");
+        everywhere(&c, &["PTTL", &nosuch], "(integer) -2");
+        on(a, &["EXPIRE", &nosuch, "10"], "(integer) 0");
+        everywhere(&c, &["GET", &ap], "\"hello world\"");
+
+        // DBSIZE, KEYS, SCAN: k1 k2 ex px sn gs ctr ap.
+        let mut mine: Vec<String> = [&k1, &k2, &ex, &px, &sn, &gs, &ctr, &ap]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        mine.sort();
+        everywhere(&c, &["DBSIZE"], "(integer) 8");
+        for id in c.ids() {
+            let keys = redis_raw(c.redis_addr(id), &["KEYS", &k("*")]);
+            assert_eq!(keys.lines().collect::<Vec<_>>(), mine, "KEYS at node {id}");
+        }
+        everywhere(
+            &c,
+            &["KEYS", &k("k?")],
+            &format!("1) \"{k1}\"\n2) \"{k2}\""),
+        );
+        everywhere(&c, &["KEYS", &k("[ms][1n]")], &format!("1) \"{sn}\""));
+        everywhere(&c, &["KEYS", "nomatch*"], "(empty array)");
+        for id in c.ids() {
+            let mut cursor = "0".to_string();
+            let mut seen = Vec::new();
+            for round in 0.. {
+                assert!(round < 100, "SCAN at node {id} did not finish in 100 calls");
+                let page = redis_raw(
+                    c.redis_addr(id),
+                    &["SCAN", &cursor, "MATCH", &k("*"), "COUNT", "3"],
+                );
+                let mut lines = page.lines();
+                cursor = lines.next().expect("a cursor").to_string();
+                seen.extend(lines.filter(|l| !l.is_empty()).map(String::from));
+                if cursor == "0" {
+                    break;
+                }
+            }
+            let set: BTreeSet<&String> = seen.iter().collect();
+            assert_eq!(
+                set.len(),
+                seen.len(),
+                "SCAN at node {id} returned a key twice: {seen:?}"
+            );
+            assert_eq!(
+                set.into_iter().cloned().collect::<Vec<_>>(),
+                mine,
+                "SCAN at node {id}"
+            );
+        }
+
+        // INFO, COMMAND, CLIENT.
+        let info = redis_raw(a, &["INFO"]);
+        assert!(info.starts_with("# Server"), "INFO: {info}");
+        assert!(info.contains("redis_version:"), "INFO: {info}");
+        let role = if w == leader { "leader" } else { "follower" };
+        assert!(
+            info.contains(&format!("raft_role:{role}")),
+            "INFO at node {w} (leader {leader}): {info}"
+        );
+        assert!(
+            info.contains(&format!("raft_leader:{leader}")),
+            "INFO at node {w}: {info}"
+        );
+        assert!(int_of(&redis(a, &["COMMAND", "COUNT"])) > 30);
+        let list = redis_raw(a, &["COMMAND", "LIST"]);
+        for cmd in ["get", "set", "incr", "scan", "flushall"] {
+            assert!(
+                list.lines().any(|l| l == cmd),
+                "COMMAND LIST lacks {cmd}: {list}"
+            );
+        }
+        on(a, &["CLIENT", "SETNAME", &format!("itest-{w}")], "OK");
+        let out = redis_script(a, &format!("CLIENT SETNAME itest-{w}\nCLIENT GETNAME\n"));
+        assert_eq!(
+            out,
+            format!("OK\n\"itest-{w}\"\n"),
+            "CLIENT SETNAME then GETNAME on one connection"
+        );
+        on(
+            a,
+            &["CLIENT", "SETNAME", "has space"],
+            "(error) ERR Client names cannot contain spaces, newlines or special characters.",
+        );
+
+        // An unknown command.
+        let got = redis(a, &["NOSUCHCMD", "a", "b"]);
+        assert!(
+            got.starts_with(
+                "(error) ERR unknown command 'NOSUCHCMD', with args beginning with: 'a' 'b'"
+            ),
+            "{got:?}"
+        );
+
+        // FLUSHALL empties every replica.
+        on(a, &["FLUSHALL"], "OK");
+        everywhere(&c, &["DBSIZE"], "(integer) 0");
+        everywhere(&c, &["GET", &k1], "(nil)");
+    }
+}
+
+/// `COMMAND` without a subcommand (what client libraries send to learn the command table)
+/// answers an array and leaves the connection usable (it used to panic the connection thread).
+#[test]
+fn redis_bare_command_and_info_fields() {
+    require_tool("redis-cli");
+    let c = cluster3(Opts::default());
+    for id in c.ids() {
+        let a = c.redis_addr(id);
+        let out = redis_script(a, "COMMAND\nPING\n");
+        // An array (the command table; empty is what the kv crate documents).
+        assert!(
+            out.starts_with("1) ") || out.starts_with("(empty array)"),
+            "COMMAND at node {id}: {out:?}"
+        );
+        assert!(
+            out.ends_with("PONG\n"),
+            "COMMAND then PING on one connection at node {id}: {out:?}"
+        );
+        // INFO names each field once (a client parsing it into a map must not see duplicates).
+        let info = redis_raw(a, &["INFO"]);
+        let mut seen = BTreeSet::new();
+        for line in info.lines().filter(|l| l.contains(':')) {
+            let name = line.split(':').next().unwrap_or_default();
+            assert!(
+                seen.insert(name.to_string()),
+                "INFO at node {id} repeats {name}: {info}"
+            );
+        }
+        assert!(
+            !c.logs(id).contains("panicked"),
+            "node {id} log:\n{}",
+            c.logs(id)
+        );
+    }
+}
+
+/// `SET … PX 300` with real time: visible everywhere at once, gone everywhere after 400 ms.
+#[test]
+fn redis_ttl_in_real_time() {
+    require_tool("redis-cli");
+    let c = cluster3(Opts::default());
+    for w in c.ids() {
+        let key = format!("ttl-{w}");
+        let t0 = Instant::now();
+        on(c.redis_addr(w), &["SET", &key, "v", "PX", "300"], "OK");
+        let acked = Instant::now();
+        for id in c.ids() {
+            let got = redis(c.redis_addr(id), &["PTTL", &key]);
+            // The expiry is fixed from the leader's clock when it proposes the entry, after t0.
+            if t0.elapsed() < Duration::from_millis(290) {
+                let ms = int_of(&got);
+                assert!((1..=300).contains(&ms), "PTTL {key} at node {id}: {got}");
+            } else {
+                eprintln!(
+                    "PTTL at node {id} came {:?} after the SET: too late to require the key",
+                    t0.elapsed()
+                );
+            }
+        }
+        // Expired 300 ms after the entry's timestamp, which is before the acknowledgement.
+        let until = acked + Duration::from_millis(400);
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        everywhere(&c, &["GET", &key], "(nil)");
+        everywhere(&c, &["EXISTS", &key], "(integer) 0");
+        everywhere(&c, &["PTTL", &key], "(integer) -2");
+    }
+    everywhere(&c, &["DBSIZE"], "(integer) 0");
+}
+
+/// Reads through every replica see the last write acknowledged through any other, in every
+/// read mode.
+#[test]
+fn linearizable_reads_through_every_replica_in_every_read_mode() {
+    for mode in ["read_index", "lease", "log"] {
+        let c = cluster3(Opts {
+            read_mode: mode,
+            ..Opts::default()
+        });
+        let mut clients: Vec<_> = c.ids().iter().map(|&id| c.client_of(&[id])).collect();
+        for i in 0..60u32 {
+            let w = i as usize % clients.len();
+            let v = format!("{mode}-{i}");
+            clients[w]
+                .set(b"lin", v.as_bytes())
+                .unwrap_or_else(|e| panic!("{mode}: set {i} via node {}: {e}", w + 1));
+            for (r, cl) in clients.iter_mut().enumerate() {
+                let got = cl
+                    .get(b"lin")
+                    .unwrap_or_else(|e| panic!("{mode}: get via node {}: {e}", r + 1));
+                assert_eq!(
+                    got.as_deref(),
+                    Some(v.as_bytes()),
+                    "{mode}: read via node {} after a write acknowledged via node {}",
+                    r + 1,
+                    w + 1
+                );
+            }
+        }
+        assert_eq!(c.status(1).read_mode, mode);
+    }
+}
+
+#[test]
+fn redis_benchmark_set_get_incr() {
+    let bench = require_tool("redis-benchmark");
+    let mut c = cluster3(Opts::default());
+    let leader = c.wait_leader(WAIT);
+    let follower = c
+        .ids()
+        .into_iter()
+        .find(|&id| id != leader)
+        .expect("a follower");
+    for id in [leader, follower] {
+        let a = c.redis_addr(id);
+        let o = run_with_timeout(
+            Command::new(&bench).args([
+                "-h",
+                &a.ip().to_string(),
+                "-p",
+                &a.port().to_string(),
+                "-t",
+                "set,get,incr",
+                "-n",
+                "2000",
+                "-c",
+                "10",
+                "-q",
+            ]),
+            None,
+            Duration::from_secs(180),
+        );
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            o.status.success(),
+            "redis-benchmark at node {id}: {}\n{out}\n{err}",
+            o.status
+        );
+        // -q prints progress lines ending in \r and one final line per test.
+        let text = out.replace('\r', "\n");
+        for t in ["SET", "GET", "INCR"] {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("{t}: ")) && l.contains("requests per second")),
+                "redis-benchmark at node {id}: no result for {t}:\n{out}"
+            );
+        }
+        for bad in ["ERR", "rror"] {
+            assert!(
+                !out.contains(bad) && !err.contains(bad),
+                "redis-benchmark at node {id} reported errors:\n{out}\n{err}"
+            );
+        }
+        println!(
+            "redis-benchmark via node {id} ({}):",
+            if id == leader { "leader" } else { "follower" }
+        );
+        for l in text.lines().filter(|l| l.contains("requests per second")) {
+            println!("  {l}");
+        }
+    }
+    // 3 × 2000 requests per run, and every replica still agrees.
+    c.wait_converged(WAIT);
+    on(
+        c.redis_addr(follower),
+        &["EXISTS", "key:__rand_int__", "counter:__rand_int__"],
+        "(integer) 2",
+    );
+}
+
+#[test]
+fn memcached_pymemcache_through_every_replica() {
+    let py = python_with_pymemcache();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/memcache_suite.py");
+    let c = cluster3(Opts::default());
+    let ports: Vec<String> = c
+        .ids()
+        .iter()
+        .map(|&id| c.memcache_addr(id).port().to_string())
+        .collect();
+    for w in c.ids() {
+        let mut cmd = Command::new(&py);
+        cmd.arg(script)
+            .arg(format!("w{w}:"))
+            .arg(c.memcache_addr(w).port().to_string())
+            .args(&ports);
+        let o = run_with_timeout(&mut cmd, None, Duration::from_secs(120));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success(),
+            "memcache_suite.py through node {w}: {}\n{out}\n{err}",
+            o.status
+        );
+        assert!(out.contains("memcache suite passed"), "{out}\n{err}");
+        print!("node {w}: {out}");
+    }
+}
+
+#[test]
+fn memcached_libmemcached_tools_round_trip() {
+    let cp = require_one_of(&["memccp", "memcp"]);
+    let cat = require_one_of(&["memccat", "memcat"]);
+    let rm = require_tool("memcrm");
+    let c = cluster3(Opts::default());
+    let dir = unique_dir("memc");
+    let servers = |id: u64| format!("--servers={}", c.memcache_addr(id));
+    for w in c.ids() {
+        let name = format!("itest-file-{w}.txt");
+        let path = dir.join(&name);
+        let content = format!("hello from node {w}\nsecond line\n");
+        std::fs::write(&path, &content).expect("write the file");
+        let o = run_with_timeout(
+            Command::new(&cp).arg(servers(w)).arg(&path),
+            None,
+            Duration::from_secs(30),
+        );
+        assert!(o.status.success(), "{cp:?} via node {w}: {o:?}");
+        for r in c.ids() {
+            let o = run_with_timeout(
+                Command::new(&cat).arg(servers(r)).arg(&name),
+                None,
+                Duration::from_secs(30),
+            );
+            assert!(o.status.success(), "{cat:?} {name} via node {r}: {o:?}");
+            assert!(
+                String::from_utf8_lossy(&o.stdout).starts_with(&content),
+                "{cat:?} {name} via node {r}: {:?}",
+                String::from_utf8_lossy(&o.stdout)
+            );
+        }
+        let other = w % 3 + 1;
+        let o = run_with_timeout(
+            Command::new(&rm).arg(servers(other)).arg(&name),
+            None,
+            Duration::from_secs(30),
+        );
+        assert!(o.status.success(), "memcrm {name} via node {other}: {o:?}");
+        for r in c.ids() {
+            let o = run_with_timeout(
+                Command::new(&cat).arg(servers(r)).arg(&name),
+                None,
+                Duration::from_secs(30),
+            );
+            assert!(
+                !o.status.success(),
+                "{cat:?} {name} via node {r} after memcrm: {o:?}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn native_client_through_every_replica() {
+    let c = cluster3(Opts::default());
+    let ids = c.ids();
+    let mut clients: Vec<_> = ids.iter().map(|&id| c.client_of(&[id])).collect();
+    for (w, cw) in ids.iter().zip(0..) {
+        let key = format!("native-{w}");
+        clients[cw].set(key.as_bytes(), b"v1").expect("set");
+        for (r, cr) in ids.iter().zip(0..) {
+            assert_eq!(
+                clients[cr].get(key.as_bytes()).expect("get"),
+                Some(b"v1".to_vec()),
+                "{key} via node {r}"
+            );
+        }
+        assert_eq!(clients[cw].get(b"native-missing").expect("get"), None);
+        assert!(clients[cw].del(key.as_bytes()).expect("del"));
+        assert!(!clients[cw].del(key.as_bytes()).expect("del"));
+        for (r, cr) in ids.iter().zip(0..) {
+            assert_eq!(
+                clients[cr].get(key.as_bytes()).expect("get"),
+                None,
+                "{key} via node {r} after del"
+            );
+        }
+    }
+    // One counter incremented through each replica in turn: every increment applied once.
+    let mut expect = 0;
+    for round in 0..5 {
+        for (w, cw) in ids.iter().zip(0..) {
+            expect += 1 + round;
+            let got = clients[cw].incr(b"native-ctr", 1 + round).expect("incr");
+            assert_eq!(got, expect, "incr via node {w}");
+        }
+    }
+    assert_eq!(clients[0].incr(b"native-ctr", -expect).expect("incr"), 0);
+    // A client that knows every replica finds the leader.
+    let mut all = c.client();
+    all.set(b"native-all", b"x").expect("set");
+    assert_eq!(all.get(b"native-all").expect("get"), Some(b"x".to_vec()));
+    // The value a native write stored is what Redis and memcached clients read.
+    on(c.redis_addr(2), &["GET", "native-all"], "\"x\"");
+}
