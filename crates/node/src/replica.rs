@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use waverunner_raft::{
-    Config as RaftConfig, EntryKind, ProposeError, Raft, ReadError, ReadMode, Ready, Role,
+    Config as RaftConfig, EntryKind, HardState, ProposeError, Raft, ReadError, ReadMode, Ready,
+    Role,
 };
 use waverunner_storage::Storage;
 
@@ -193,6 +194,9 @@ pub struct Replica<S: StateMachine> {
     write_latency: Histogram,
     read_latency: Histogram,
     role: Role,
+    /// The hard state last written to storage, and the newest one the core reported.
+    persisted_hard: HardState,
+    latest_hard: HardState,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -219,6 +223,7 @@ impl<S: StateMachine> Replica<S> {
             learners: vec![],
         };
         let boot = recovered.into_bootstrap(initial);
+        let persisted_hard = boot.hard_state;
         let mut state = Replicated::new(sm);
         if let Some(s) = &boot.snapshot {
             state
@@ -259,6 +264,8 @@ impl<S: StateMachine> Replica<S> {
             write_latency: Histogram::default(),
             read_latency: Histogram::default(),
             role,
+            persisted_hard,
+            latest_hard: persisted_hard,
         })
     }
 
@@ -303,6 +310,9 @@ impl<S: StateMachine> Replica<S> {
             self.drive()?;
         }
         self.drive()?;
+        if self.latest_hard != self.persisted_hard {
+            let _ = self.storage.set_hard_state(self.latest_hard);
+        }
         let _ = self.storage.sync();
         for (_, r) in self.requests.drain() {
             (r.reply)(Err(ClientError::ShuttingDown));
@@ -560,6 +570,23 @@ impl<S: StateMachine> Replica<S> {
             // No data plane is built yet: the core is configured without one.
             return Err(Fatal(format!("unexpected data-plane command {cmd:?}")));
         }
+        // A leader may send its appends before its own disk write finishes (Raft §10.2.1):
+        // the core counts the leader toward a commit only for entries it persisted. Anything
+        // that depends on a new term or vote, and every follower's acknowledgement, goes out
+        // only after the sync below.
+        let term_vote = |hs: &HardState| (hs.term, hs.vote);
+        let early = self.raft.role() == Role::Leader
+            && rd.snapshot.is_none()
+            && rd
+                .hard_state
+                .is_none_or(|hs| term_vote(&hs) == term_vote(&self.persisted_hard));
+        let mut messages = rd.messages;
+        if early {
+            for m in messages.drain(..) {
+                let to = m.to;
+                self.transport.send(to, &Frame::Raft(m));
+            }
+        }
         if let Some(snap) = &rd.snapshot {
             self.storage.save_snapshot(snap).map_err(storage_err)?;
             self.state
@@ -572,12 +599,19 @@ impl<S: StateMachine> Replica<S> {
             self.storage.append(&rd.entries).map_err(storage_err)?;
         }
         if let Some(hs) = rd.hard_state {
-            self.storage.set_hard_state(hs).map_err(storage_err)?;
+            // Term and vote must be durable before any message that depends on them. The
+            // commit index need not be (a restarted replica learns it again from a leader), so
+            // it is written only along with them and at shutdown: one sync per batch, not two.
+            if (hs.term, hs.vote) != (self.persisted_hard.term, self.persisted_hard.vote) {
+                self.storage.set_hard_state(hs).map_err(storage_err)?;
+                self.persisted_hard = hs;
+            }
+            self.latest_hard = hs;
         }
         if self.storage.sync().map_err(storage_err)? > 0 {
             self.counters.fsyncs += 1;
         }
-        for m in rd.messages {
+        for m in messages {
             let to = m.to;
             self.transport.send(to, &Frame::Raft(m));
         }
