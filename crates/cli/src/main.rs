@@ -1,7 +1,10 @@
 //! `waverunner`: the one binary of Waverunner.
 //!
-//! Today it has the deterministic simulator (`waverunner sim`); the node, the local cluster,
-//! status, kv, chaos and bench commands come with the issues that build them.
+//! `node` runs one replica; `sim` runs the deterministic simulator. Chaos and bench come with
+//! the issues that build them.
+
+mod cluster;
+mod node;
 
 use std::ops::Range;
 use std::process::ExitCode;
@@ -23,6 +26,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run one replica of the key-value service (until SIGTERM/SIGINT).
+    Node(node::NodeArgs),
+    /// Start a local cluster and wait until it has a leader.
+    Up(cluster::UpArgs),
+    /// Stop the local cluster and remove everything it created.
+    Down(cluster::DownArgs),
+    /// Show every replica of the local cluster; exits non-zero when there is no leader.
+    Status(cluster::StatusArgs),
+    /// Get, set, delete or increment a key in the local cluster.
+    Kv(cluster::KvArgs),
     /// Run the deterministic simulator over a range of seeds; exits non-zero on any violation.
     Sim(SimArgs),
 }
@@ -96,7 +109,20 @@ fn parse_seeds(s: &str) -> Result<Range<u64>, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WAVERUNNER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     match cli.command {
+        Command::Node(a) => node::run(a),
+        Command::Up(a) => cluster::cmd_up(a),
+        Command::Down(a) => cluster::cmd_down(a),
+        Command::Status(a) => cluster::cmd_status(a),
+        Command::Kv(a) => cluster::cmd_kv(a),
         Command::Sim(a) => sim(a),
     }
 }
