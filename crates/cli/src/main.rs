@@ -25,6 +25,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once at start-up: the size does not matter
 enum Command {
     /// Run one replica of the key-value service (until SIGTERM/SIGINT).
     Node(node::NodeArgs),
