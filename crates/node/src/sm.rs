@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::wire::{Reader, WireError, Writer};
+use waverunner_storage::codec::{CodecError, Reader, Writer};
 
 /// A deterministic state machine replicated by Waverunner.
 ///
@@ -56,36 +56,42 @@ const ENVELOPE_VERSION: u8 = 1;
 impl Envelope {
     /// Encodes the envelope as entry data.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(41 + 4 + self.command.len());
-        let mut w = Writer(&mut out);
-        w.u8(ENVELOPE_VERSION);
-        w.u64(self.origin);
-        w.u64(self.req);
-        w.u64(self.client);
-        w.u64(self.seq);
-        w.u64(self.now_ms);
-        w.bytes(&self.command);
-        out
+        let mut w = Writer::with_capacity(45 + self.command.len());
+        w.put_u8(ENVELOPE_VERSION);
+        w.put_u64(self.origin);
+        w.put_u64(self.req);
+        w.put_u64(self.client);
+        w.put_u64(self.seq);
+        w.put_u64(self.now_ms);
+        w.put_bytes(&self.command);
+        w.into_inner()
     }
 
     /// Decodes entry data.
-    pub fn decode(b: &[u8]) -> Result<Envelope, WireError> {
-        let mut r = Reader(b);
-        if r.u8()? != ENVELOPE_VERSION {
-            return Err(WireError("unknown envelope version"));
+    pub fn decode(b: &[u8]) -> Result<Envelope, CodecError> {
+        let mut r = Reader::new(b);
+        let version = r.get_u8()?;
+        if version != ENVELOPE_VERSION {
+            return Err(CodecError::Invalid {
+                what: "envelope version",
+                value: u64::from(version),
+            });
         }
         let e = Envelope {
-            origin: r.u64()?,
-            req: r.u64()?,
-            client: r.u64()?,
-            seq: r.u64()?,
-            now_ms: r.u64()?,
-            command: r.bytes()?,
+            origin: r.get_u64()?,
+            req: r.get_u64()?,
+            client: r.get_u64()?,
+            seq: r.get_u64()?,
+            now_ms: r.get_u64()?,
+            command: r.get_bytes(MAX_DATA)?.to_vec(),
         };
-        r.end()?;
+        r.finish()?;
         Ok(e)
     }
 }
+
+/// Largest command or result inside an entry or a snapshot.
+const MAX_DATA: usize = waverunner_storage::codec::MAX_ENTRY_DATA;
 
 /// Most client sessions remembered; beyond it the least recently used one is forgotten
 /// (deterministically: by the index of its last command).
@@ -182,32 +188,34 @@ impl<S: StateMachine> Replicated<S> {
 
     /// Snapshot of sessions and state machine.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut w = Writer(&mut out);
-        w.u64(self.now_ms);
-        w.u32(self.sessions.len() as u32);
+        let mut w = Writer::new();
+        w.put_u64(self.now_ms);
+        w.put_u32(self.sessions.len() as u32);
         for (id, s) in &self.sessions {
-            w.u64(*id);
-            w.u64(s.seq);
-            w.u64(s.last_index);
-            w.bytes(&s.result);
+            w.put_u64(*id);
+            w.put_u64(s.seq);
+            w.put_u64(s.last_index);
+            w.put_bytes(&s.result);
         }
-        w.bytes(&self.sm.snapshot());
-        out
+        w.put_bytes(&self.sm.snapshot());
+        w.into_inner()
     }
 
     /// Restores sessions and state machine from a snapshot taken at `index`.
     pub fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
-        let bad = |e: WireError| format!("snapshot: {e}");
-        let mut r = Reader(data);
-        let now_ms = r.u64().map_err(bad)?;
-        let n = r.u32().map_err(bad)? as usize;
+        let bad = |e: CodecError| format!("snapshot: {e}");
+        let mut r = Reader::new(data);
+        let now_ms = r.get_u64().map_err(bad)?;
+        let n = r.get_u32().map_err(bad)? as usize;
+        if n > MAX_SESSIONS {
+            return Err(format!("snapshot: {n} sessions, more than {MAX_SESSIONS}"));
+        }
         let mut sessions = BTreeMap::new();
-        for _ in 0..n.min(MAX_SESSIONS + 1) {
-            let id = r.u64().map_err(bad)?;
-            let seq = r.u64().map_err(bad)?;
-            let last_index = r.u64().map_err(bad)?;
-            let result = r.bytes().map_err(bad)?;
+        for _ in 0..n {
+            let id = r.get_u64().map_err(bad)?;
+            let seq = r.get_u64().map_err(bad)?;
+            let last_index = r.get_u64().map_err(bad)?;
+            let result = r.get_bytes(MAX_DATA).map_err(bad)?.to_vec();
             sessions.insert(
                 id,
                 Session {
@@ -217,9 +225,11 @@ impl<S: StateMachine> Replicated<S> {
                 },
             );
         }
-        let sm = r.bytes().map_err(bad)?;
-        r.end().map_err(bad)?;
-        self.sm.restore(&sm)?;
+        let sm = r
+            .get_bytes(waverunner_storage::codec::MAX_SNAPSHOT_DATA)
+            .map_err(bad)?;
+        r.finish().map_err(bad)?;
+        self.sm.restore(sm)?;
         self.sessions = sessions;
         self.now_ms = now_ms;
         self.applied = index;

@@ -2,12 +2,14 @@
 //! frames over TCP, and the binary encoding of Raft messages inside them.
 //!
 //! Frame: `magic u32 | version u8 | kind u8 | reserved u16 | len u32 | crc32 u32 | payload`,
-//! little-endian; the CRC-32 covers the payload. A frame whose payload would exceed
+//! little-endian; the CRC-32C covers the payload. A frame whose payload would exceed
 //! [`MAX_FRAME`] (an InstallSnapshot) is sent as a stream of [`Frame::Chunk`]s and reassembled.
 
-use waverunner_raft::{
-    CampaignKind, ConfState, Entry, EntryKind, Message, MessageBody, Snapshot, SnapshotMeta,
+use waverunner_raft::{CampaignKind, Message, MessageBody};
+use waverunner_storage::codec::{
+    get_entry, get_snapshot, put_entry, put_snapshot, CodecError, Reader, Writer,
 };
+use waverunner_storage::crc::crc32c;
 
 /// `WRTP` little-endian.
 pub const MAGIC: u32 = 0x5054_5257;
@@ -71,8 +73,8 @@ pub enum Frame {
 }
 
 /// Why bytes could not be decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WireError(pub &'static str);
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireError(pub String);
 
 impl std::fmt::Display for WireError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,170 +86,57 @@ impl std::error::Error for WireError {}
 
 // ------------------------------------------------------------------ primitives
 
-/// Appends little-endian primitives to a buffer.
-pub struct Writer<'a>(pub &'a mut Vec<u8>);
+/// Largest byte string inside a frame (an entry's data, a context, a command).
+const MAX_FIELD: usize = MAX_REASSEMBLED;
 
-impl Writer<'_> {
-    /// One byte.
-    pub fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    /// A u32.
-    pub fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    /// A u64.
-    pub fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    /// Length-prefixed bytes.
-    pub fn bytes(&mut self, b: &[u8]) {
-        self.u32(u32::try_from(b.len()).expect("field under 4 GiB"));
-        self.0.extend_from_slice(b);
-    }
-    /// A length-prefixed list of u64.
-    pub fn ids(&mut self, v: &[u64]) {
-        self.u32(v.len() as u32);
-        for x in v {
-            self.u64(*x);
-        }
+impl From<CodecError> for WireError {
+    fn from(e: CodecError) -> WireError {
+        WireError(e.to_string())
     }
 }
 
-/// Reads little-endian primitives, every length checked against what is left.
-pub struct Reader<'a>(pub &'a [u8]);
+fn get_bool(r: &mut Reader) -> Result<bool, WireError> {
+    match r.get_u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(WireError("bad boolean".into())),
+    }
+}
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        if self.0.len() < n {
-            return Err(WireError("truncated"));
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    /// One byte.
-    pub fn u8(&mut self) -> Result<u8, WireError> {
-        Ok(self.take(1)?[0])
-    }
-    /// A u32.
-    pub fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
-    }
-    /// A u64.
-    pub fn u64(&mut self) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
-    }
-    /// Length-prefixed bytes.
-    pub fn bytes(&mut self) -> Result<Vec<u8>, WireError> {
-        let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
-    }
-    /// A length-prefixed list of u64.
-    pub fn ids(&mut self) -> Result<Vec<u64>, WireError> {
-        let n = self.u32()? as usize;
-        if n > self.0.len() / 8 {
-            return Err(WireError("id list longer than the frame"));
-        }
-        (0..n).map(|_| self.u64()).collect()
-    }
-    /// A boolean byte (0 or 1).
-    pub fn bool(&mut self) -> Result<bool, WireError> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(WireError("bad boolean")),
-        }
-    }
-    /// Fails unless everything was read.
-    pub fn end(&self) -> Result<(), WireError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(WireError("trailing bytes"))
-        }
-    }
+fn get_vec(r: &mut Reader) -> Result<Vec<u8>, WireError> {
+    Ok(r.get_bytes(MAX_FIELD)?.to_vec())
 }
 
 // ------------------------------------------------------------------ Raft types
 
-fn put_entry(w: &mut Writer, e: &Entry) {
-    w.u64(e.term);
-    w.u64(e.index);
-    w.u8(match e.kind {
-        EntryKind::Normal => 0,
-        EntryKind::ConfChange => 1,
-    });
-    w.bytes(&e.data);
-}
-
-fn get_entry(r: &mut Reader) -> Result<Entry, WireError> {
-    let term = r.u64()?;
-    let index = r.u64()?;
-    let kind = match r.u8()? {
-        0 => EntryKind::Normal,
-        1 => EntryKind::ConfChange,
-        _ => return Err(WireError("bad entry kind")),
-    };
-    Ok(Entry {
-        term,
-        index,
-        kind,
-        data: r.bytes()?,
-    })
-}
-
-fn put_snapshot(w: &mut Writer, s: &Snapshot) {
-    w.u64(s.meta.index);
-    w.u64(s.meta.term);
-    w.ids(&s.meta.conf.voters);
-    w.ids(&s.meta.conf.learners);
-    w.bytes(&s.data);
-}
-
-fn get_snapshot(r: &mut Reader) -> Result<Snapshot, WireError> {
-    let index = r.u64()?;
-    let term = r.u64()?;
-    let voters = r.ids()?;
-    let learners = r.ids()?;
-    Ok(Snapshot {
-        meta: SnapshotMeta {
-            index,
-            term,
-            conf: ConfState { voters, learners },
-        },
-        data: r.bytes()?,
-    })
-}
-
 /// Encodes a Raft message.
 pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
-    let mut w = Writer(out);
-    w.u64(m.from);
-    w.u64(m.to);
-    w.u64(m.term);
+    let mut w = Writer::from_vec(std::mem::take(out));
+    w.put_u64(m.from);
+    w.put_u64(m.to);
+    w.put_u64(m.term);
     match &m.body {
         MessageBody::PreVote {
             last_index,
             last_term,
         } => {
-            w.u8(1);
-            w.u64(*last_index);
-            w.u64(*last_term);
+            w.put_u8(1);
+            w.put_u64(*last_index);
+            w.put_u64(*last_term);
         }
         MessageBody::PreVoteResponse { reject } => {
-            w.u8(2);
-            w.u8(*reject as u8);
+            w.put_u8(2);
+            w.put_u8(*reject as u8);
         }
         MessageBody::Vote {
             last_index,
             last_term,
             kind,
         } => {
-            w.u8(3);
-            w.u64(*last_index);
-            w.u64(*last_term);
-            w.u8(match kind {
+            w.put_u8(3);
+            w.put_u64(*last_index);
+            w.put_u64(*last_term);
+            w.put_u8(match kind {
                 CampaignKind::Election => 0,
                 CampaignKind::Forced => 1,
                 CampaignKind::Accelerate => 2,
@@ -257,9 +146,9 @@ pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
             reject,
             accelerated,
         } => {
-            w.u8(4);
-            w.u8(*reject as u8);
-            w.u8(*accelerated as u8);
+            w.put_u8(4);
+            w.put_u8(*reject as u8);
+            w.put_u8(*accelerated as u8);
         }
         MessageBody::Append {
             prev_index,
@@ -267,11 +156,11 @@ pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
             entries,
             commit,
         } => {
-            w.u8(5);
-            w.u64(*prev_index);
-            w.u64(*prev_term);
-            w.u64(*commit);
-            w.u32(entries.len() as u32);
+            w.put_u8(5);
+            w.put_u64(*prev_index);
+            w.put_u64(*prev_term);
+            w.put_u64(*commit);
+            w.put_u32(entries.len() as u32);
             for e in entries {
                 put_entry(&mut w, e);
             }
@@ -283,76 +172,79 @@ pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
             hint_term,
             recovering,
         } => {
-            w.u8(6);
-            w.u8(*reject as u8);
-            w.u64(*index);
-            w.u64(*hint_index);
-            w.u64(*hint_term);
-            w.u8(*recovering as u8);
+            w.put_u8(6);
+            w.put_u8(*reject as u8);
+            w.put_u64(*index);
+            w.put_u64(*hint_index);
+            w.put_u64(*hint_term);
+            w.put_u8(*recovering as u8);
         }
         MessageBody::Heartbeat { commit, context } => {
-            w.u8(7);
-            w.u64(*commit);
-            w.bytes(context);
+            w.put_u8(7);
+            w.put_u64(*commit);
+            w.put_bytes(context);
         }
         MessageBody::HeartbeatResponse { context } => {
-            w.u8(8);
-            w.bytes(context);
+            w.put_u8(8);
+            w.put_bytes(context);
         }
         MessageBody::InstallSnapshot { snapshot } => {
-            w.u8(9);
+            w.put_u8(9);
             put_snapshot(&mut w, snapshot);
         }
-        MessageBody::TimeoutNow => w.u8(10),
+        MessageBody::TimeoutNow => w.put_u8(10),
         MessageBody::ReadIndex { context } => {
-            w.u8(11);
-            w.bytes(context);
+            w.put_u8(11);
+            w.put_bytes(context);
         }
         MessageBody::ReadIndexResponse { context, index } => {
-            w.u8(12);
-            w.bytes(context);
-            w.u64(*index);
+            w.put_u8(12);
+            w.put_bytes(context);
+            w.put_u64(*index);
         }
     }
+    *out = w.into_inner();
 }
 
 /// Decodes a Raft message; never panics on garbage.
 pub fn decode_message(b: &[u8]) -> Result<Message, WireError> {
-    let mut r = Reader(b);
-    let from = r.u64()?;
-    let to = r.u64()?;
-    let term = r.u64()?;
-    let body = match r.u8()? {
+    let mut r = Reader::new(b);
+    let from = r.get_u64()?;
+    let to = r.get_u64()?;
+    let term = r.get_u64()?;
+    let body = match r.get_u8()? {
         1 => MessageBody::PreVote {
-            last_index: r.u64()?,
-            last_term: r.u64()?,
+            last_index: r.get_u64()?,
+            last_term: r.get_u64()?,
         },
-        2 => MessageBody::PreVoteResponse { reject: r.bool()? },
+        2 => MessageBody::PreVoteResponse {
+            reject: get_bool(&mut r)?,
+        },
         3 => MessageBody::Vote {
-            last_index: r.u64()?,
-            last_term: r.u64()?,
-            kind: match r.u8()? {
+            last_index: r.get_u64()?,
+            last_term: r.get_u64()?,
+            kind: match r.get_u8()? {
                 0 => CampaignKind::Election,
                 1 => CampaignKind::Forced,
                 2 => CampaignKind::Accelerate,
-                _ => return Err(WireError("bad campaign kind")),
+                _ => return Err(WireError("bad campaign kind".into())),
             },
         },
         4 => MessageBody::VoteResponse {
-            reject: r.bool()?,
-            accelerated: r.bool()?,
+            reject: get_bool(&mut r)?,
+            accelerated: get_bool(&mut r)?,
         },
         5 => {
-            let prev_index = r.u64()?;
-            let prev_term = r.u64()?;
-            let commit = r.u64()?;
-            let n = r.u32()? as usize;
+            let prev_index = r.get_u64()?;
+            let prev_term = r.get_u64()?;
+            let commit = r.get_u64()?;
+            let n = r.get_u32()? as usize;
             // An entry takes at least 21 bytes: bound the allocation by the input.
-            if n > r.0.len() / 21 {
-                return Err(WireError("entry count longer than the frame"));
+            if n > r.remaining() / 21 {
+                return Err(WireError("entry count longer than the frame".into()));
             }
             let entries = (0..n)
-                .map(|_| get_entry(&mut r))
+                .map(|_| get_entry(&mut r).map_err(WireError::from))
                 .collect::<Result<_, _>>()?;
             MessageBody::Append {
                 prev_index,
@@ -362,33 +254,33 @@ pub fn decode_message(b: &[u8]) -> Result<Message, WireError> {
             }
         }
         6 => MessageBody::AppendResponse {
-            reject: r.bool()?,
-            index: r.u64()?,
-            hint_index: r.u64()?,
-            hint_term: r.u64()?,
-            recovering: r.bool()?,
+            reject: get_bool(&mut r)?,
+            index: r.get_u64()?,
+            hint_index: r.get_u64()?,
+            hint_term: r.get_u64()?,
+            recovering: get_bool(&mut r)?,
         },
         7 => MessageBody::Heartbeat {
-            commit: r.u64()?,
-            context: r.bytes()?,
+            commit: r.get_u64()?,
+            context: get_vec(&mut r)?,
         },
         8 => MessageBody::HeartbeatResponse {
-            context: r.bytes()?,
+            context: get_vec(&mut r)?,
         },
         9 => MessageBody::InstallSnapshot {
             snapshot: get_snapshot(&mut r)?,
         },
         10 => MessageBody::TimeoutNow,
         11 => MessageBody::ReadIndex {
-            context: r.bytes()?,
+            context: get_vec(&mut r)?,
         },
         12 => MessageBody::ReadIndexResponse {
-            context: r.bytes()?,
-            index: r.u64()?,
+            context: get_vec(&mut r)?,
+            index: r.get_u64()?,
         },
-        _ => return Err(WireError("unknown message type")),
+        _ => return Err(WireError("unknown message type".into())),
     };
-    r.end()?;
+    r.finish()?;
     Ok(Message {
         from,
         to,
@@ -400,16 +292,16 @@ pub fn decode_message(b: &[u8]) -> Result<Message, WireError> {
 // ------------------------------------------------------------------ frames
 
 fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
-    let mut p = Vec::new();
-    let mut w = Writer(&mut p);
+    let mut w = Writer::new();
     let kind = match f {
         Frame::Hello { node } => {
-            w.u64(*node);
+            w.put_u64(*node);
             K_HELLO
         }
         Frame::Raft(m) => {
+            let mut p = Vec::new();
             encode_message(m, &mut p);
-            K_RAFT
+            return (K_RAFT, p);
         }
         Frame::Forward {
             req,
@@ -417,15 +309,15 @@ fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
             seq,
             command,
         } => {
-            w.u64(*req);
-            w.u64(*client);
-            w.u64(*seq);
-            w.bytes(command);
+            w.put_u64(*req);
+            w.put_u64(*client);
+            w.put_u64(*seq);
+            w.put_bytes(command);
             K_FORWARD
         }
         Frame::ForwardNack { req, leader } => {
-            w.u64(*req);
-            w.u64(*leader);
+            w.put_u64(*req);
+            w.put_u64(*leader);
             K_FORWARD_NACK
         }
         Frame::Chunk {
@@ -434,25 +326,26 @@ fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
             kind,
             bytes,
         } => {
-            w.u32(*total);
-            w.u32(*offset);
-            w.u8(*kind);
-            w.bytes(bytes);
+            w.put_u32(*total);
+            w.put_u32(*offset);
+            w.put_u8(*kind);
+            w.put_bytes(bytes);
             K_CHUNK
         }
     };
-    (kind, p)
+    (kind, w.into_inner())
 }
 
 fn put_header(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
-    let mut w = Writer(out);
-    w.u32(MAGIC);
-    w.u8(VERSION);
-    w.u8(kind);
-    w.0.extend_from_slice(&[0, 0]);
-    w.u32(payload.len() as u32);
-    w.u32(crc32fast::hash(payload));
-    out.extend_from_slice(payload);
+    let mut w = Writer::from_vec(std::mem::take(out));
+    w.put_u32(MAGIC);
+    w.put_u8(VERSION);
+    w.put_u8(kind);
+    w.put_raw(&[0, 0]);
+    w.put_u32(payload.len() as u32);
+    w.put_u32(crc32c(payload));
+    w.put_raw(payload);
+    *out = w.into_inner();
 }
 
 /// Encodes `f` as one frame, or as several chunk frames when it is larger than [`MAX_FRAME`].
@@ -481,56 +374,56 @@ pub fn encode_frames(f: &Frame, out: &mut Vec<u8>) {
 
 /// The header of a frame: its kind and payload length, checked.
 pub fn decode_header(h: &[u8; HEADER_LEN]) -> Result<(u8, usize, u32), WireError> {
-    let mut r = Reader(h);
-    if r.u32()? != MAGIC {
-        return Err(WireError("bad magic (not a Waverunner replica?)"));
+    let mut r = Reader::new(h);
+    if r.get_u32()? != MAGIC {
+        return Err(WireError("bad magic (not a Waverunner replica?)".into()));
     }
-    if r.u8()? != VERSION {
-        return Err(WireError("unsupported version"));
+    if r.get_u8()? != VERSION {
+        return Err(WireError("unsupported version".into()));
     }
-    let kind = r.u8()?;
-    r.take(2)?;
-    let len = r.u32()? as usize;
-    let crc = r.u32()?;
+    let kind = r.get_u8()?;
+    r.get_raw(2)?;
+    let len = r.get_u32()? as usize;
+    let crc = r.get_u32()?;
     if len > MAX_FRAME + 64 {
-        return Err(WireError("frame too large"));
+        return Err(WireError("frame too large".into()));
     }
     Ok((kind, len, crc))
 }
 
 /// Decodes the payload of a frame of `kind` whose checksum was `crc`.
 pub fn decode_payload(kind: u8, crc: u32, payload: &[u8]) -> Result<Frame, WireError> {
-    if crc32fast::hash(payload) != crc {
-        return Err(WireError("checksum mismatch"));
+    if crc32c(payload) != crc {
+        return Err(WireError("checksum mismatch".into()));
     }
     decode_kind(kind, payload)
 }
 
 /// Decodes a (possibly reassembled) payload of `kind`.
 pub fn decode_kind(kind: u8, payload: &[u8]) -> Result<Frame, WireError> {
-    let mut r = Reader(payload);
+    let mut r = Reader::new(payload);
     let f = match kind {
-        K_HELLO => Frame::Hello { node: r.u64()? },
+        K_HELLO => Frame::Hello { node: r.get_u64()? },
         K_RAFT => return decode_message(payload).map(Frame::Raft),
         K_FORWARD => Frame::Forward {
-            req: r.u64()?,
-            client: r.u64()?,
-            seq: r.u64()?,
-            command: r.bytes()?,
+            req: r.get_u64()?,
+            client: r.get_u64()?,
+            seq: r.get_u64()?,
+            command: get_vec(&mut r)?,
         },
         K_FORWARD_NACK => Frame::ForwardNack {
-            req: r.u64()?,
-            leader: r.u64()?,
+            req: r.get_u64()?,
+            leader: r.get_u64()?,
         },
         K_CHUNK => Frame::Chunk {
-            total: r.u32()?,
-            offset: r.u32()?,
-            kind: r.u8()?,
-            bytes: r.bytes()?,
+            total: r.get_u32()?,
+            offset: r.get_u32()?,
+            kind: r.get_u8()?,
+            bytes: get_vec(&mut r)?,
         },
-        _ => return Err(WireError("unknown frame kind")),
+        _ => return Err(WireError("unknown frame kind".into())),
     };
-    r.end()?;
+    r.finish()?;
     Ok(f)
 }
 
@@ -553,7 +446,7 @@ impl Reassembly {
     ) -> Result<Option<Frame>, WireError> {
         let (total, offset) = (total as usize, offset as usize);
         if total > MAX_REASSEMBLED || kind == K_CHUNK {
-            return Err(WireError("bad chunk stream"));
+            return Err(WireError("bad chunk stream".into()));
         }
         if offset == 0 {
             self.buf.clear();
@@ -561,10 +454,10 @@ impl Reassembly {
             self.total = total;
         }
         if offset != self.buf.len() || total != self.total || kind != self.kind {
-            return Err(WireError("chunk out of order"));
+            return Err(WireError("chunk out of order".into()));
         }
         if self.buf.len() + bytes.len() > total {
-            return Err(WireError("chunk past the stream's end"));
+            return Err(WireError("chunk past the stream's end".into()));
         }
         self.buf.extend_from_slice(bytes);
         if self.buf.len() < total {
@@ -578,6 +471,7 @@ impl Reassembly {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use waverunner_raft::{ConfState, Entry, EntryKind, Snapshot, SnapshotMeta};
 
     fn roundtrip(f: Frame) {
         let mut out = Vec::new();
@@ -734,7 +628,7 @@ mod tests {
         }
         assert_eq!(
             decode_payload(K_HELLO, 0, &[0; 8]),
-            Err(WireError("checksum mismatch"))
+            Err(WireError("checksum mismatch".into()))
         );
     }
 }
