@@ -12,10 +12,10 @@ deps:
 build: deps
 	$(CARGO) build --release --bin waverunner
 
-## The main job (for now): a simulated 3- and 5-replica cluster with faults and data-plane hand-offs.
+## The main job: a local 3-replica cluster serving a workload through the native client and
+## redis-cli, its status, then down (scripts/demo.sh).
 run: build
-	target/release/waverunner sim --seeds 1..100 --nodes 3 --durability memory --verbose
-	target/release/waverunner sim --seeds 1..100 --nodes 5 --durability fsync
+	scripts/demo.sh
 
 lint: deps
 	$(CARGO) fmt --all --check

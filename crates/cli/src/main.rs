@@ -4,6 +4,7 @@
 //! the issues that build them.
 
 mod cluster;
+mod load;
 mod node;
 
 use std::ops::Range;
@@ -37,6 +38,8 @@ enum Command {
     Status(cluster::StatusArgs),
     /// Get, set, delete or increment a key in the local cluster.
     Kv(cluster::KvArgs),
+    /// Run a bounded workload through the native client and print throughput and latency.
+    Load(load::LoadArgs),
     /// Run the deterministic simulator over a range of seeds; exits non-zero on any violation.
     Sim(SimArgs),
 }
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
         Command::Down(a) => cluster::cmd_down(a),
         Command::Status(a) => cluster::cmd_status(a),
         Command::Kv(a) => cluster::cmd_kv(a),
+        Command::Load(a) => load::run(a),
         Command::Sim(a) => sim(a),
     }
 }
