@@ -931,36 +931,8 @@ fn start_all(
     wait_for_leader_checked(cf, LEADER_TIMEOUT, &mut check)
 }
 
-/// What a replica's `/status` shows (the fields the cluster commands use; the replica's
-/// `Status` has more, and `status --json` prints all of it).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct StatusView {
-    /// Node id.
-    pub id: u64,
-    /// follower, pre_candidate, candidate, leader, recovering.
-    pub role: String,
-    /// Current term.
-    pub term: u64,
-    /// Known leader (0: none).
-    pub leader: u64,
-    /// Commit index.
-    pub commit_index: u64,
-    /// Applied index.
-    pub applied_index: u64,
-    /// Last log index.
-    pub last_index: u64,
-    /// Keys in the store.
-    pub keys: u64,
-    /// Data plane kind.
-    pub dataplane: String,
-    /// Whether the data plane is enabled.
-    pub dataplane_enabled: bool,
-    /// memory or fsync.
-    pub durability: String,
-    /// Digest of the replicated state.
-    pub digest: u64,
-}
+/// What a replica's `/status` shows.
+pub use waverunner_node::metrics::Status as StatusView;
 
 /// Fetches a replica's `/status`: the fields we use, and the whole JSON document.
 pub fn fetch_status(

@@ -1,6 +1,6 @@
 //! What `/metrics` (Prometheus text) and `/status` (JSON) show, as the replica last published it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Upper bounds of the latency histogram buckets, in microseconds.
 pub const LATENCY_BUCKETS_US: [u64; 14] = [
@@ -9,7 +9,8 @@ pub const LATENCY_BUCKETS_US: [u64; 14] = [
 ];
 
 /// A fixed-bucket latency histogram.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Histogram {
     /// Count per bucket of [`LATENCY_BUCKETS_US`]; the last slot counts the rest.
     pub buckets: [u64; LATENCY_BUCKETS_US.len() + 1],
@@ -47,7 +48,8 @@ impl Histogram {
 }
 
 /// One replica's state as `/status` shows it.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Status {
     /// Node id.
     pub id: u64,
@@ -92,7 +94,8 @@ pub struct Status {
 }
 
 /// Addresses a replica serves.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Addresses {
     /// Control-plane TCP.
     pub raft: String,
@@ -107,7 +110,8 @@ pub struct Addresses {
 }
 
 /// Monotonic counters.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Counters {
     /// Client requests received (all front-ends).
     pub requests: u64,
