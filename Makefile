@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 # Seeds per (nodes, durability) configuration that `make test` simulates.
-SIM_SEEDS ?= 1..500
+SIM_SEEDS ?= 1..501
 
 .PHONY: run test deps build lint unit sim-test soak
 
