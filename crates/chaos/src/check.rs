@@ -31,19 +31,27 @@ pub fn default_repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The `go` command: on PATH, else where Go's own installer and Debian put it.
-fn go_command() -> Option<PathBuf> {
+/// The `go` command: on PATH, else where Go's own installer and Debian put it; `Err` says how
+/// to install it.
+pub fn go_tool() -> Result<PathBuf, String> {
     let on_path = Command::new("go")
         .arg("version")
         .output()
         .is_ok_and(|o| o.status.success());
     if on_path {
-        return Some(PathBuf::from("go"));
+        return Ok(PathBuf::from("go"));
     }
     ["/usr/local/go/bin/go", "/usr/lib/go/bin/go"]
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "the Go toolchain (`go`) is not installed or not on PATH; it builds the \
+             linearizability checker tools/lincheck (Porcupine). Run scripts/install-deps.sh \
+             (as root it installs golang), or install Go 1.19 or newer yourself (Debian: \
+             apt-get install golang-go)"
+                .to_string()
+        })
 }
 
 fn target_dir(repo_root: &Path) -> PathBuf {
@@ -72,12 +80,7 @@ pub fn build_checker(repo_root: &Path) -> Result<PathBuf, String> {
             src.display()
         ));
     }
-    let go = go_command().ok_or_else(|| {
-        "the Go toolchain (`go`) is not installed or not on PATH; it builds the linearizability \
-         checker tools/lincheck (Porcupine). Run scripts/install-deps.sh (as root it installs \
-         golang), or install Go 1.19 or newer yourself (Debian: apt-get install golang-go)"
-            .to_string()
-    })?;
+    let go = go_tool()?;
     let target = target_dir(repo_root);
     std::fs::create_dir_all(&target).map_err(|e| format!("creating {}: {e}", target.display()))?;
     let target = target
