@@ -4,7 +4,7 @@
 //
 // The history is one JSON object per line (see crates/chaos/README.md):
 //
-//	{"client":1,"key":"k3","op":"set","input":{"value":"a"},"call_us":10,"return_us":25,"outcome":"ok","output":null}
+//	{"client":1,"key":"k3","op":"set","input":{"value":"a"},"call_us":10,"return_us":25,"outcome":"ok","output":{}}
 //
 // Each key is checked on its own against a register-with-counter model (get, set, incr, cas;
 // a missing key reads as null and incr starts it from 0, as Redis INCR does). Operations whose
@@ -15,15 +15,17 @@
 //
 //	linearizable=yes|no|unknown ops=N keys=K
 //
-// where N counts the operations given to the checker and K the keys. Exit status: 0 yes,
-// 1 no (each failing key is named and, with -html, Porcupine's visualization of the failing
-// keys is written), 2 unknown (the checker timed out) or bad input.
+// where N counts the operations given to the checker and K the keys. Keys are checked
+// concurrently, each with the timeout. Exit status: 0 yes; 1 no (some key is not
+// linearizable: each is named and, with -html, Porcupine's visualization of the failing keys
+// is written); 2 unknown (no key failed but some timed out) or bad input.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -73,58 +75,79 @@ func main() {
 		"lincheck: %d operations: %d ok, %d failed (left out), %d unknown (%d reads left out, %d unread writes left out, %d writes bounded by a read, %d left open)\n",
 		st.Lines, st.Ok, st.Fail, st.Unknown, st.UnknownGets, st.UnseenWrites, st.BoundedWrites, st.OpenUnknown)
 
-	model := kvModel(keys)
+	// Each key is checked on its own (Porcupine's P-compositionality), concurrently, each
+	// with the timeout: so a key that fails is told apart from one still undecided.
 	start := time.Now()
-	result, info := porcupine.CheckOperationsVerbose(model, history, *timeout)
+	results := make([]porcupine.CheckResult, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func(i int, ops []porcupine.Operation) {
+			defer wg.Done()
+			results[i] = porcupine.CheckOperationsTimeout(kvModel(nil), ops, *timeout)
+		}(i, byKey[k])
+	}
+	wg.Wait()
 	elapsed := time.Since(start).Round(time.Millisecond)
 
+	var failed, undecided []string
+	for i, k := range keys {
+		switch results[i] {
+		case porcupine.Illegal:
+			failed = append(failed, k)
+		case porcupine.Unknown:
+			undecided = append(undecided, k)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "lincheck: checked %d keys in %v\n", len(keys), elapsed)
+	for _, k := range undecided {
+		fmt.Printf("key %q: undecided, the check timed out after %v (raise -timeout)\n", k, *timeout)
+	}
 	summary := func(verdict string) {
 		fmt.Printf("linearizable=%s ops=%d keys=%d\n", verdict, len(history), len(keys))
 	}
-	switch result {
-	case porcupine.Ok:
-		fmt.Fprintf(os.Stderr, "lincheck: checked in %v\n", elapsed)
+	if len(failed) == 0 {
+		if len(undecided) > 0 {
+			summary("unknown")
+			os.Exit(2)
+		}
 		summary("yes")
 		os.Exit(0)
-	case porcupine.Unknown:
-		fmt.Printf("timed out after %v: no violation found so far, but the check is incomplete (raise -timeout)\n", elapsed)
-		summary("unknown")
-		os.Exit(2)
 	}
 
-	// Illegal: a partition is linearizable iff some partial linearization covers all of it.
-	partials := info.PartialLinearizations()
-	var failed []string
+	// Not linearizable. Check the failing keys again, keeping what Porcupine needs to draw them.
 	var failedOps []porcupine.Operation
-	for i, k := range keys {
-		longest := 0
-		for _, p := range partials[i] {
-			if len(p) > longest {
-				longest = len(p)
+	for _, k := range failed {
+		failedOps = append(failedOps, byKey[k]...)
+	}
+	res, info := porcupine.CheckOperationsVerbose(kvModel(failed), failedOps, *timeout)
+	if res == porcupine.Illegal {
+		partials := info.PartialLinearizations()
+		for i, k := range failed {
+			longest := 0
+			for _, p := range partials[i] {
+				if len(p) > longest {
+					longest = len(p)
+				}
 			}
-		}
-		if longest < len(byKey[k]) {
-			failed = append(failed, k)
-			failedOps = append(failedOps, byKey[k]...)
 			fmt.Printf("key %q is not linearizable: %d operations, the longest linearizable prefix has %d\n", k, len(byKey[k]), longest)
 		}
-	}
-	if *htmlPath != "" {
-		// Visualize only the failing keys: smaller, and what the reader wants to see.
-		vinfo := info
-		if len(failed) > 0 && len(failed) < len(keys) {
-			res, finfo := porcupine.CheckOperationsVerbose(kvModel(failed), failedOps, *timeout)
-			if res == porcupine.Illegal {
-				model, vinfo = kvModel(failed), finfo
-			}
+	} else {
+		for _, k := range failed {
+			fmt.Printf("key %q is not linearizable: %d operations\n", k, len(byKey[k]))
 		}
-		if err := porcupine.VisualizePath(model, vinfo, *htmlPath); err != nil {
+	}
+	switch {
+	case *htmlPath == "":
+		fmt.Printf("pass -html OUT.html for Porcupine's visualization\n")
+	case res != porcupine.Illegal:
+		fmt.Fprintf(os.Stderr, "lincheck: no visualization: checking the failing keys again timed out\n")
+	default:
+		if err := porcupine.VisualizePath(kvModel(failed), info, *htmlPath); err != nil {
 			fmt.Fprintf(os.Stderr, "lincheck: writing %s: %v\n", *htmlPath, err)
 		} else {
 			fmt.Printf("visualization: %s\n", *htmlPath)
 		}
-	} else {
-		fmt.Printf("pass -html OUT.html for Porcupine's visualization\n")
 	}
 	summary("no")
 	os.Exit(1)

@@ -216,10 +216,15 @@ func partitionByKey(keys []string) func([]porcupine.Operation) [][]porcupine.Ope
 	}
 }
 
-// kvModel is the per-key register-with-counter model; keys lists the partitions' order.
+// kvModel is the register-with-counter model, partitioned by key when keys (the partitions'
+// order) is given, else for a history of one key.
 func kvModel(keys []string) porcupine.Model {
+	var partition func([]porcupine.Operation) [][]porcupine.Operation
+	if keys != nil {
+		partition = partitionByKey(keys)
+	}
 	return porcupine.Model{
-		Partition:                 partitionByKey(keys),
+		Partition:                 partition,
 		Init:                      func() interface{} { return regState{} },
 		Step:                      step,
 		Hash:                      hashState,

@@ -310,10 +310,28 @@ fn apply(state: &mut Option<String>, input: &Input) -> Result<Output, ()> {
     }
 }
 
+/// How [`simulated_history`] shapes a history.
+struct Shape {
+    ops: usize,
+    keys: usize,
+    clients: u64,
+    /// Longest operation, µs.
+    max_latency: u64,
+    /// Percent of operations with an unknown outcome (as many again fail).
+    unknown_pct: u64,
+}
+
 /// A linearizable history: clients invoke operations with random overlaps; each takes effect
 /// at a random instant within its interval (an unknown one maybe never), in the order of those
 /// instants, on a sequential store; the answers are what the store gave.
-fn simulated_history(seed: u64, n: usize, keys: usize, clients: u64) -> Vec<Operation> {
+fn simulated_history(seed: u64, shape: &Shape) -> Vec<Operation> {
+    let Shape {
+        ops: n,
+        keys,
+        clients,
+        max_latency,
+        unknown_pct,
+    } = *shape;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let values = ["1", "2", "3", "7", "10", "x"];
     // (op, linearization instant or None if never applied)
@@ -322,7 +340,7 @@ fn simulated_history(seed: u64, n: usize, keys: usize, clients: u64) -> Vec<Oper
     for _ in 0..n {
         let c = rng.below(clients);
         let call = clock[c as usize] + rng.below(40);
-        let ret = call + 1 + rng.below(120);
+        let ret = call + 1 + rng.below(max_latency);
         clock[c as usize] = ret + 1;
         let key = format!("k{}", rng.below(keys as u64));
         let input = match rng.below(100) {
@@ -344,13 +362,14 @@ fn simulated_history(seed: u64, n: usize, keys: usize, clients: u64) -> Vec<Oper
         let at = call + rng.below(ret - call + 1);
         let mut op = Operation::invoke(c + 1, key, input, call);
         op.return_us = Some(ret);
-        let applied = match rng.below(100) {
-            0..=2 => {
+        let roll = rng.below(100);
+        let applied = match roll {
+            _ if roll < unknown_pct => {
                 // Unknown: timed out; applied or not.
                 op = op.unknown(Some(ret));
                 rng.chance(50).then_some(at)
             }
-            3..=4 => {
+            _ if roll < 2 * unknown_pct => {
                 op = op.fail(Some(ret));
                 None
             }
@@ -390,7 +409,16 @@ fn simulated_history(seed: u64, n: usize, keys: usize, clients: u64) -> Vec<Oper
 fn random_linearizable_histories_pass() {
     let checker = checker();
     for seed in 1..=3 {
-        let ops = simulated_history(seed, 2000, 5, 8);
+        let ops = simulated_history(
+            seed,
+            &Shape {
+                ops: 2000,
+                keys: 5,
+                clients: 8,
+                max_latency: 120,
+                unknown_pct: 3,
+            },
+        );
         let unknown = ops
             .iter()
             .filter(|o| o.outcome == waverunner_chaos::Outcome::Unknown)
@@ -446,6 +474,40 @@ fn random_linearizable_histories_pass() {
         );
         assert!(bad_html.is_file());
     }
+}
+
+/// A check that runs out of time answers unknown, naming the undecided keys.
+#[test]
+fn timeout_is_unknown() {
+    // Many clients on few keys, long operations and many unknown increments: Porcupine needs
+    // seconds for this, far more than the 1 ms it is given.
+    let ops = simulated_history(
+        7,
+        &Shape {
+            ops: 20_000,
+            keys: 3,
+            clients: 32,
+            max_latency: 300,
+            unknown_pct: 10,
+        },
+    );
+    let dir = scratch("timeout");
+    let history = dir.join("history.jsonl");
+    let w = HistoryWriter::create(&history).unwrap();
+    for op in &ops {
+        w.record(op).unwrap();
+    }
+    drop(w);
+    let v = check_with(
+        &checker(),
+        &history,
+        &dir.join("out.html"),
+        Duration::from_millis(1),
+    )
+    .unwrap();
+    assert_eq!(v.linearizable, None, "{v:?}");
+    assert_eq!(v.keys, 3);
+    assert!(v.message.contains("undecided"), "{}", v.message);
 }
 
 /// The checker refuses malformed input with a message naming the line.
