@@ -313,6 +313,11 @@ fn garbage_on_the_native_udp_port() {
 fn garbage_on_the_replica_port() {
     let (mut c, leader) = cluster(Opts::default());
     let term = c.status(leader).term;
+    let core_rejected: Vec<u64> = c
+        .ids()
+        .iter()
+        .map(|&id| c.status(id).counters.messages_rejected)
+        .collect();
     for id in c.ids() {
         let a = c.raft_addr(id);
         let before = c.status(id).counters.frames_rejected;
@@ -362,14 +367,22 @@ fn garbage_on_the_replica_port() {
         );
         assert_serving(&mut c, id);
     }
-    // Nothing disturbed the cluster.
+    // Nothing reached the Raft cores: the transport rejected it all. (The leader and term
+    // are only reported: on a loaded machine an election may happen for other reasons.)
+    for (id, before) in c.ids().into_iter().zip(core_rejected) {
+        assert_eq!(
+            c.status(id).counters.messages_rejected,
+            before,
+            "garbage reached the Raft core of node {id}"
+        );
+    }
     let now = c.wait_leader(WAIT);
-    assert_eq!(now, leader, "garbage on replica ports changed the leader");
-    assert_eq!(
-        c.status(now).term,
-        term,
-        "garbage on replica ports changed the term"
-    );
+    let now_term = c.status(now).term;
+    if (now, now_term) != (leader, term) {
+        println!(
+            "note: leader {leader} term {term} became leader {now} term {now_term} during the test"
+        );
+    }
 }
 
 #[test]
