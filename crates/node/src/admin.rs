@@ -1,16 +1,33 @@
-//! Admin HTTP: `GET /metrics` (Prometheus text) and `GET /status` (JSON). A minimal HTTP/1.0
-//! server: one short-lived connection per request, bounded request size, no keep-alive.
+//! Admin HTTP: `GET /metrics` (Prometheus text), `GET /status` (JSON), and the membership
+//! commands `POST /membership` and `POST /transfer-leader` (JSON in, JSON out). A minimal
+//! HTTP/1.0 server: one short-lived connection per request, bounded request size, no
+//! keep-alive.
+//!
+//! ```text
+//! POST /membership       {"op":"add_learner","id":4,"raft":"10.0.0.4:7000","client":"10.0.0.4:7100"}
+//!                        {"op":"add_voter","id":4}        {"op":"remove","id":2}
+//! POST /transfer-leader  {"id":3}
+//! → 200 {"ok":true,"index":I}     the change is committed at index I (a transfer: started, I = 0)
+//! → 409 {"ok":false,"error":"not leader","leader":3,"message":"…"}   ask replica 3 instead
+//!       error: not leader | change pending | not committed in term | would lose quorum |
+//!              invalid | retry | lost
+//! → 503 busy | shutting down; 504 timeout (proposed, may still commit); 400 bad request
+//! ```
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::replica::Handle;
+use serde::{Deserialize, Serialize};
+
+use crate::replica::{AdminCmd, AdminError, Handle};
 
 /// Largest request head read.
 const MAX_REQUEST: usize = 8 << 10;
+/// Largest request body read.
+const MAX_BODY: usize = 4 << 10;
 
 /// Serves admin requests until `stop`.
 pub fn serve(listener: TcpListener, handle: Handle, stop: Arc<AtomicBool>) {
@@ -30,15 +47,146 @@ pub fn serve(listener: TcpListener, handle: Handle, stop: Arc<AtomicBool>) {
     }
 }
 
+/// The body of `POST /membership`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MembershipRequest {
+    /// `add_learner`, `add_voter` or `remove`.
+    pub op: String,
+    /// The member.
+    pub id: u64,
+    /// Its control-plane TCP address (`add_learner`; `add_voter` of an unknown member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft: Option<String>,
+    /// Its native client UDP address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+/// The body of `POST /transfer-leader`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferRequest {
+    /// The voter to lead.
+    pub id: u64,
+}
+
+/// The answer to an admin command.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AdminAnswer {
+    /// Whether the command succeeded.
+    pub ok: bool,
+    /// The index of the committed change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// Why it failed: `not leader`, `change pending`, `not committed in term`,
+    /// `would lose quorum`, `invalid`, `retry`, `lost`, `timeout`, `busy`, `shutting down`,
+    /// `bad request`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// With `not leader`: the leader the replica knows (0: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u64>,
+    /// A sentence for people.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl AdminAnswer {
+    fn failed(error: &str, message: String) -> AdminAnswer {
+        AdminAnswer {
+            ok: false,
+            error: Some(error.into()),
+            message: Some(message),
+            ..AdminAnswer::default()
+        }
+    }
+
+    /// Whether sending the same command again may succeed (perhaps to [`AdminAnswer::leader`]).
+    pub fn retriable(&self) -> bool {
+        !self.ok
+            && !matches!(
+                self.error.as_deref(),
+                Some("invalid" | "would lose quorum" | "bad request")
+            )
+    }
+}
+
+fn answer_of(r: Result<u64, AdminError>) -> (&'static str, AdminAnswer) {
+    match r {
+        Ok(index) => (
+            "200 OK",
+            AdminAnswer {
+                ok: true,
+                index: Some(index),
+                ..AdminAnswer::default()
+            },
+        ),
+        Err(e) => {
+            let code = match e {
+                AdminError::Busy | AdminError::ShuttingDown => "503 Service Unavailable",
+                AdminError::Timeout => "504 Gateway Timeout",
+                _ => "409 Conflict",
+            };
+            let mut a = AdminAnswer::failed(e.reason(), e.to_string());
+            if let AdminError::NotLeader { leader } = e {
+                a.leader = Some(leader);
+            }
+            (code, a)
+        }
+    }
+}
+
+fn parse_addr(what: &str, a: &Option<String>) -> Result<Option<SocketAddr>, String> {
+    a.as_deref()
+        .map(|t| {
+            t.parse()
+                .map_err(|_| format!("\"{what}\": `{t}` is not ip:port"))
+        })
+        .transpose()
+}
+
+/// The command a membership request asks for.
+pub fn membership_cmd(r: &MembershipRequest) -> Result<AdminCmd, String> {
+    if r.id == 0 {
+        return Err("\"id\" must be a non-zero node id".into());
+    }
+    let raft = parse_addr("raft", &r.raft)?;
+    let client = parse_addr("client", &r.client)?;
+    match r.op.as_str() {
+        "add_learner" => Ok(AdminCmd::AddLearner {
+            id: r.id,
+            raft: raft.ok_or("add_learner needs \"raft\": the new member's address")?,
+            client,
+        }),
+        "add_voter" => Ok(AdminCmd::AddVoter {
+            id: r.id,
+            raft,
+            client,
+        }),
+        "remove" => Ok(AdminCmd::Remove { id: r.id }),
+        op => Err(format!(
+            "unknown \"op\" `{op}`: use add_learner, add_voter or remove"
+        )),
+    }
+}
+
 fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut buf = Vec::new();
     let mut tmp = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break Some(i + 4);
+        }
+        if let Some(i) = buf.windows(2).position(|w| w == b"\n\n") {
+            break Some(i + 2);
+        }
         let n = s.read(&mut tmp)?;
         if n == 0 {
-            break;
+            break None;
         }
         buf.extend_from_slice(&tmp[..n]);
         if buf.len() > MAX_REQUEST {
@@ -49,27 +197,84 @@ fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
                 "request too large\n",
             );
         }
-    }
-    let line = String::from_utf8_lossy(&buf);
-    let mut parts = line.split_whitespace();
+    };
+    let head_end = head_end.unwrap_or(buf.len());
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut parts = head.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
-        return respond(&mut s, "405 Method Not Allowed", "text/plain", "only GET\n");
-    }
-    match path {
-        "/metrics" => {
+    match (method, path) {
+        ("GET", "/metrics") => {
             let body = handle.status().prometheus();
             respond(&mut s, "200 OK", "text/plain; version=0.0.4", &body)
         }
-        "/status" => {
+        ("GET", "/status") => {
             let body = serde_json::to_string_pretty(&handle.status()).expect("status serializes");
             respond(&mut s, "200 OK", "application/json", &body)
+        }
+        ("POST", "/membership" | "/transfer-leader") => {
+            let length = head
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse::<usize>().ok());
+            let Some(length) = length else {
+                return respond(
+                    &mut s,
+                    "411 Length Required",
+                    "text/plain",
+                    "a POST needs Content-Length\n",
+                );
+            };
+            if length > MAX_BODY {
+                return respond(
+                    &mut s,
+                    "413 Payload Too Large",
+                    "text/plain",
+                    "body too large\n",
+                );
+            }
+            let mut body = buf[head_end..].to_vec();
+            while body.len() < length {
+                let n = s.read(&mut tmp)?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&tmp[..n]);
+            }
+            body.truncate(length);
+            let cmd = if path == "/membership" {
+                serde_json::from_slice::<MembershipRequest>(&body)
+                    .map_err(|e| format!("body is not a membership request: {e}"))
+                    .and_then(|r| membership_cmd(&r))
+            } else {
+                serde_json::from_slice::<TransferRequest>(&body)
+                    .map_err(|e| format!("body is not a transfer request: {e}"))
+                    .and_then(|r| {
+                        if r.id == 0 {
+                            Err("\"id\" must be a non-zero node id".into())
+                        } else {
+                            Ok(AdminCmd::TransferLeader { id: r.id })
+                        }
+                    })
+            };
+            let (code, answer) = match cmd {
+                Ok(cmd) => answer_of(handle.admin(cmd)),
+                Err(e) => ("400 Bad Request", AdminAnswer::failed("bad request", e)),
+            };
+            let body = serde_json::to_string(&answer).expect("answer serializes") + "\n";
+            respond(&mut s, code, "application/json", &body)
+        }
+        (_, "/metrics" | "/status") => {
+            respond(&mut s, "405 Method Not Allowed", "text/plain", "use GET\n")
+        }
+        (_, "/membership" | "/transfer-leader") => {
+            respond(&mut s, "405 Method Not Allowed", "text/plain", "use POST\n")
         }
         _ => respond(
             &mut s,
             "404 Not Found",
             "text/plain",
-            "not found: try /metrics or /status\n",
+            "not found: try GET /metrics, GET /status, POST /membership, POST /transfer-leader\n",
         ),
     }
 }
@@ -97,5 +302,145 @@ pub fn get(addr: std::net::SocketAddr, path: &str, timeout: Duration) -> std::io
             head.lines().next().unwrap_or("")
         ))),
         None => Err(std::io::Error::other("malformed admin reply")),
+    }
+}
+
+/// Posts a JSON `body` to `path` of an admin server; returns the status code and the body of
+/// the answer, whatever the code.
+pub fn post(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.write_all(
+        format!(
+            "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, rest) = out
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("malformed admin reply"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("malformed admin status line"))?;
+    Ok((code, rest.to_string()))
+}
+
+/// Asks the admin server at `addr` for a membership change and decodes its answer (a refused
+/// change is `Ok` with `ok: false`; `Err` means no answer).
+pub fn request_membership(
+    addr: SocketAddr,
+    req: &MembershipRequest,
+    timeout: Duration,
+) -> Result<AdminAnswer, String> {
+    let body = serde_json::to_string(req).expect("request serializes");
+    let (code, text) = post(addr, "/membership", &body, timeout)
+        .map_err(|e| format!("POST http://{addr}/membership: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!("POST http://{addr}/membership answered {code} without JSON ({e}): {text}")
+    })
+}
+
+/// Asks the admin server at `addr` to hand leadership to `id`.
+pub fn request_transfer(
+    addr: SocketAddr,
+    id: u64,
+    timeout: Duration,
+) -> Result<AdminAnswer, String> {
+    let body = serde_json::to_string(&TransferRequest { id }).expect("request serializes");
+    let (code, text) = post(addr, "/transfer-leader", &body, timeout)
+        .map_err(|e| format!("POST http://{addr}/transfer-leader: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!("POST http://{addr}/transfer-leader answered {code} without JSON ({e}): {text}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn membership_requests_parse_into_commands() {
+        let r = |j: &str| {
+            serde_json::from_str::<MembershipRequest>(j)
+                .map_err(|e| e.to_string())
+                .and_then(|r| membership_cmd(&r))
+        };
+        assert_eq!(
+            r(r#"{"op":"add_learner","id":4,"raft":"127.0.0.1:7004","client":"127.0.0.1:7104"}"#),
+            Ok(AdminCmd::AddLearner {
+                id: 4,
+                raft: "127.0.0.1:7004".parse().unwrap(),
+                client: Some("127.0.0.1:7104".parse().unwrap()),
+            })
+        );
+        assert_eq!(
+            r(r#"{"op":"add_voter","id":4}"#),
+            Ok(AdminCmd::AddVoter {
+                id: 4,
+                raft: None,
+                client: None
+            })
+        );
+        assert_eq!(
+            r(r#"{"op":"remove","id":2}"#),
+            Ok(AdminCmd::Remove { id: 2 })
+        );
+        for (bad, says) in [
+            (r#"{"op":"add_learner","id":4}"#, "needs \"raft\""),
+            (r#"{"op":"add_learner","id":4,"raft":"x"}"#, "not ip:port"),
+            (r#"{"op":"remove","id":0}"#, "non-zero"),
+            (r#"{"op":"promote","id":3}"#, "unknown \"op\""),
+            (r#"{"op":"remove","id":3,"extra":1}"#, "unknown field"),
+            (r#"{"op":"remove"}"#, "missing field"),
+        ] {
+            let e = r(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn answers_say_why_and_where_to_retry() {
+        let (code, a) = answer_of(Err(AdminError::NotLeader { leader: 3 }));
+        assert!(code.starts_with("409"));
+        assert_eq!(a.error.as_deref(), Some("not leader"));
+        assert_eq!(a.leader, Some(3));
+        assert!(a.retriable());
+        let json = serde_json::to_string(&a).unwrap();
+        assert!(
+            json.starts_with(r#"{"ok":false,"error":"not leader","leader":3"#),
+            "{json}"
+        );
+        let (code, a) = answer_of(Ok(17));
+        assert!(code.starts_with("200"));
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"ok":true,"index":17}"#
+        );
+        for (e, reason, retriable) in [
+            (AdminError::ChangePending, "change pending", true),
+            (
+                AdminError::NotCommittedInTerm,
+                "not committed in term",
+                true,
+            ),
+            (AdminError::WouldLoseQuorum, "would lose quorum", false),
+            (AdminError::Invalid("x".into()), "invalid", false),
+            (AdminError::Timeout, "timeout", true),
+            (AdminError::Lost, "lost", true),
+        ] {
+            let (_, a) = answer_of(Err(e));
+            assert_eq!(a.error.as_deref(), Some(reason));
+            assert_eq!(a.retriable(), retriable, "{reason}");
+        }
     }
 }

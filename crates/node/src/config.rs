@@ -108,9 +108,16 @@ pub struct NodeConfig {
     pub max_connections: usize,
     /// Addresses to listen on.
     pub listen: Listen,
-    /// The other replicas of the initial configuration.
+    /// The other replicas of the group's initial configuration (a joining replica: every
+    /// replica of it, since it is not one of them itself).
     #[serde(default)]
     pub peers: Vec<Peer>,
+    /// This replica joins a running group: it is not part of the initial configuration (which
+    /// is `peers` only), so it never campaigns until a leader adds it as a voter, and it learns
+    /// the log (or a snapshot) and the members' addresses from the leader. Harmless on a
+    /// restart after it joined: the configuration then comes from its log.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join: bool,
 }
 
 fn default_durability() -> DurabilityMode {
@@ -196,6 +203,13 @@ impl NodeConfig {
             }
             ids.push(p.id);
         }
+        if self.join && self.peers.is_empty() {
+            return err(
+                "join = true needs the group's initial configuration in [[peers]] (a replica \
+                 cannot join a group it knows nothing of)"
+                    .into(),
+            );
+        }
         if ids.len() > waverunner_fastpath::MAX_NODES {
             return err(format!(
                 "{} replicas configured; at most {} are supported",
@@ -230,10 +244,13 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// Ids of every replica of the initial configuration, sorted.
+    /// Ids of every replica of the initial configuration, sorted: the peers and, unless it
+    /// joins a running group, this replica.
     pub fn voters(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self.peers.iter().map(|p| p.id).collect();
-        v.push(self.id);
+        if !self.join {
+            v.push(self.id);
+        }
         v.sort_unstable();
         v
     }
@@ -267,6 +284,25 @@ raft = "127.0.0.1:7002"
         assert_eq!(c.read_mode, ReadModeConfig::ReadIndex);
         let again = NodeConfig::from_toml(&c.to_toml()).unwrap();
         assert_eq!(again, c);
+    }
+
+    #[test]
+    fn a_joining_replica_is_not_in_the_initial_configuration() {
+        let c = NodeConfig::from_toml(&GOOD.replace("id = 1\n", "id = 1\njoin = true\n")).unwrap();
+        assert!(c.join);
+        assert_eq!(c.voters(), vec![2]);
+        let again = NodeConfig::from_toml(&c.to_toml()).unwrap();
+        assert_eq!(again, c);
+        assert!(
+            !NodeConfig::from_toml(GOOD)
+                .unwrap()
+                .to_toml()
+                .contains("join"),
+            "join = false is not written"
+        );
+        let alone = "id = 4\njoin = true\ndata_dir = \"/x\"\n[listen]\nraft = \"127.0.0.1:1\"\nclient = \"127.0.0.1:2\"\n";
+        let e = NodeConfig::from_toml(alone).unwrap_err().to_string();
+        assert!(e.contains("initial configuration"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! TCP transport between replicas ([`transport`], [`wire`]), durable storage
 //! (`waverunner-storage`), the replicated state machine ([`sm`]: implement [`StateMachine`] to
 //! replicate your own), and for the key-value store its client front-ends (native UDP, Redis
-//! RESP, memcached text) and admin HTTP (`/metrics`, `/status`).
+//! RESP, memcached text) and admin HTTP (`/metrics`, `/status`, and `POST /membership`,
+//! `POST /transfer-leader` for membership change: see [`admin`]).
 //!
 //! Data plane: only `off` (vanilla Raft over TCP) is built so far; the seams for the fast path
 //! are the core's data-plane commands (`Ready::dataplane`), which the replica loop refuses today.
@@ -29,7 +30,7 @@ use std::thread::JoinHandle;
 
 pub use config::NodeConfig;
 pub use kvsm::KvMachine;
-pub use replica::{ClientError, Handle};
+pub use replica::{AdminCmd, AdminError, ClientError, Handle};
 pub use sm::StateMachine;
 
 use metrics::{Addresses, Status};
@@ -135,6 +136,7 @@ pub fn start_replica<S: StateMachine>(cfg: NodeConfig, sm: S) -> Result<Running,
     let transport = Transport::start(
         cfg.id,
         raft_listener,
+        Some(cfg.listen.raft),
         &peers,
         move |(from, f)| inbox.send(Event::Peer(from, f)).is_ok(),
         stop.clone(),

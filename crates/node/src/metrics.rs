@@ -71,6 +71,9 @@ pub struct Status {
     pub voters: Vec<u64>,
     /// Learners of the configuration in force.
     pub learners: Vec<u64>,
+    /// Every member of the configuration in force with its addresses as this replica knows
+    /// them (and, on the leader, how far its log matches).
+    pub members: Vec<MemberStatus>,
     /// `off` (the only data plane built so far).
     pub dataplane: String,
     /// Whether the data plane is enabled.
@@ -91,6 +94,22 @@ pub struct Status {
     pub write_latency: Histogram,
     /// Read latency at this replica.
     pub read_latency: Histogram,
+}
+
+/// One member as `/status` shows it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemberStatus {
+    /// Node id.
+    pub id: u64,
+    /// `voter` or `learner`.
+    pub role: String,
+    /// Its control-plane TCP address ("" if unknown here).
+    pub raft: String,
+    /// Its native client UDP address ("" if unknown here).
+    pub client: String,
+    /// Leader only: the highest index known to be in its log (0 elsewhere).
+    pub match_index: u64,
 }
 
 /// Addresses a replica serves.
@@ -147,6 +166,8 @@ pub struct Counters {
     pub frames_dropped: u64,
     /// Bad client input: protocol errors, oversize values, unknown commands.
     pub client_errors: u64,
+    /// Membership changes and leader transfers this replica proposed as leader (admin HTTP).
+    pub membership_changes: u64,
 }
 
 impl Status {
@@ -236,6 +257,11 @@ impl Status {
                 c.frames_dropped,
             ),
             ("client_errors_total", "Bad client input.", c.client_errors),
+            (
+                "membership_changes_total",
+                "Membership changes proposed.",
+                c.membership_changes,
+            ),
         ] {
             let _ = writeln!(
                 out,

@@ -1,22 +1,26 @@
 //! The replica loop: one thread owns the Raft core, the storage and the replicated state, and
-//! handles events in order — ticks, frames from peers, client requests — then acts on the
-//! core's ready batches (persist, send, apply, answer). Nothing else touches Raft state.
+//! handles events in order — ticks, frames from peers, client requests, admin commands
+//! (membership changes, leader transfer) — then acts on the core's ready batches (persist,
+//! send, apply, answer). Nothing else touches Raft state.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use waverunner_raft::{
-    Config as RaftConfig, EntryKind, HardState, ProposeError, Raft, ReadError, ReadMode, Ready,
-    Role,
+    ConfChange, Config as RaftConfig, Entry, EntryKind, HardState, ProposeError, Raft, ReadError,
+    ReadMode, Ready, Role,
 };
 use waverunner_storage::Storage;
 
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
-use crate::metrics::{Counters, Histogram, Status};
-use crate::sm::{Envelope, Outcome, Replicated, StateMachine};
+use crate::metrics::{Counters, Histogram, MemberStatus, Status};
+use crate::sm::{
+    EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated, StateMachine,
+};
 use crate::transport::Transport;
 use crate::wire::Frame;
 
@@ -69,12 +73,140 @@ pub struct Submit {
     pub reply: Replier,
 }
 
+/// A membership or leadership command (admin HTTP `POST /membership`, `/transfer-leader`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminCmd {
+    /// Add `id` as a learner; every replica learns its addresses through the log.
+    AddLearner {
+        /// The new member.
+        id: u64,
+        /// Its control-plane TCP address.
+        raft: SocketAddr,
+        /// Its native client address.
+        client: Option<SocketAddr>,
+    },
+    /// Promote learner `id` to voter (or add it directly, then `raft` is needed).
+    AddVoter {
+        /// The member.
+        id: u64,
+        /// Its control-plane address, if not already known from its learner record.
+        raft: Option<SocketAddr>,
+        /// Its native client address.
+        client: Option<SocketAddr>,
+    },
+    /// Remove voter or learner `id` (the leader included).
+    Remove {
+        /// The member.
+        id: u64,
+    },
+    /// Hand leadership to voter `id`.
+    TransferLeader {
+        /// The voter to lead.
+        id: u64,
+    },
+}
+
+/// Why an admin command failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminError {
+    /// This replica does not lead; `leader` is the one it knows (0: none). Ask there.
+    NotLeader {
+        /// The known leader, 0 if none.
+        leader: u64,
+    },
+    /// Another membership change is not committed yet (one at a time): retry.
+    ChangePending,
+    /// The leader has not committed an entry of its term yet: retry in a moment.
+    NotCommittedInTerm,
+    /// Too few voters would be up and caught up after the change.
+    WouldLoseQuorum,
+    /// The change does not apply (already a member, not a member, a removed id, …).
+    Invalid(String),
+    /// A hand-off or a leader transfer is in progress: retry.
+    Retry(String),
+    /// The change was proposed but not committed in time: it may still commit.
+    Timeout,
+    /// The change was proposed but another entry took its place (leadership changed): it
+    /// will never commit.
+    Lost,
+    /// Too many events queued: retry.
+    Busy,
+    /// The replica is stopping.
+    ShuttingDown,
+}
+
+impl AdminError {
+    /// A short, stable reason (`"not leader"`, `"change pending"`, …) for callers to match.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AdminError::NotLeader { .. } => "not leader",
+            AdminError::ChangePending => "change pending",
+            AdminError::NotCommittedInTerm => "not committed in term",
+            AdminError::WouldLoseQuorum => "would lose quorum",
+            AdminError::Invalid(_) => "invalid",
+            AdminError::Retry(_) => "retry",
+            AdminError::Timeout => "timeout",
+            AdminError::Lost => "lost",
+            AdminError::Busy => "busy",
+            AdminError::ShuttingDown => "shutting down",
+        }
+    }
+
+    /// Whether the same command may simply be sent again (to the same replica or, for
+    /// `not leader`, to the leader it names).
+    pub fn retriable(&self) -> bool {
+        !matches!(self, AdminError::Invalid(_) | AdminError::WouldLoseQuorum)
+    }
+}
+
+impl std::fmt::Display for AdminError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdminError::NotLeader { leader: 0 } => write!(f, "not leader (no leader known)"),
+            AdminError::NotLeader { leader } => write!(f, "not leader (the leader is {leader})"),
+            AdminError::ChangePending => {
+                write!(
+                    f,
+                    "change pending: another membership change is not committed yet"
+                )
+            }
+            AdminError::NotCommittedInTerm => {
+                write!(f, "not committed in term: the new leader has not committed an entry of its term yet")
+            }
+            AdminError::WouldLoseQuorum => write!(
+                f,
+                "would lose quorum: too few voters would be up and caught up after the change"
+            ),
+            AdminError::Invalid(why) => write!(f, "invalid: {why}"),
+            AdminError::Retry(why) => write!(f, "retry: {why}"),
+            AdminError::Timeout => write!(
+                f,
+                "timeout: proposed but not committed in time (it may still commit)"
+            ),
+            AdminError::Lost => write!(
+                f,
+                "lost: leadership changed before the change committed (it never will)"
+            ),
+            AdminError::Busy => write!(f, "busy: replica queue full, retry"),
+            AdminError::ShuttingDown => write!(f, "shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for AdminError {}
+
+/// Called once with the result of an admin command: the index of the committed change (0 for
+/// a leader transfer, which is answered once started).
+pub type AdminReply = Box<dyn FnOnce(Result<u64, AdminError>) + Send>;
+
 /// An event for the replica loop.
 pub enum Event {
     /// A frame from a peer.
     Peer(u64, Frame),
     /// A client request.
     Submit(Submit),
+    /// A membership or leadership command.
+    Admin(AdminCmd, AdminReply),
     /// Bad client input seen by a front-end (counted).
     ClientError,
     /// Stop.
@@ -126,6 +258,20 @@ impl Handle {
         rx.recv().unwrap_or(Err(ClientError::ShuttingDown))
     }
 
+    /// Runs an admin command and waits for its result: a membership change is answered once
+    /// committed (or failed), a leader transfer once started.
+    pub fn admin(&self, cmd: AdminCmd) -> Result<u64, AdminError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let reply: AdminReply = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        match self.tx.try_send(Event::Admin(cmd, reply)) {
+            Ok(()) => rx.recv().unwrap_or(Err(AdminError::ShuttingDown)),
+            Err(TrySendError::Full(_)) => Err(AdminError::Busy),
+            Err(TrySendError::Disconnected(_)) => Err(AdminError::ShuttingDown),
+        }
+    }
+
     /// Counts a bad client input.
     pub fn client_error(&self) {
         let _ = self.tx.try_send(Event::ClientError);
@@ -172,6 +318,14 @@ pub fn wall_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A membership change proposed for an admin command, answered when its entry commits.
+struct PendingAdmin {
+    index: u64,
+    term: u64,
+    reply: AdminReply,
+    deadline: Instant,
+}
+
 /// A fatal error of the replica loop (storage failed): the replica stops.
 #[derive(Debug)]
 pub struct Fatal(pub String);
@@ -197,6 +351,11 @@ pub struct Replica<S: StateMachine> {
     /// The hard state last written to storage, and the newest one the core reported.
     persisted_hard: HardState,
     latest_hard: HardState,
+    /// Membership changes waiting for their entry to commit.
+    admin_pending: Vec<PendingAdmin>,
+    /// The addresses the transport talks to: configured peers, the replicated address book,
+    /// and addresses peers advertised (for ids known no other way).
+    peer_addrs: BTreeMap<u64, SocketAddr>,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -246,7 +405,8 @@ impl<S: StateMachine> Replica<S> {
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
         let role = raft.role();
-        Ok(Replica {
+        let peer_addrs = cfg.peers.iter().map(|p| (p.id, p.raft)).collect();
+        let mut replica = Replica {
             cfg,
             raft,
             storage,
@@ -266,7 +426,49 @@ impl<S: StateMachine> Replica<S> {
             role,
             persisted_hard,
             latest_hard: persisted_hard,
-        })
+            admin_pending: Vec::new(),
+            peer_addrs,
+        };
+        replica.sync_transport();
+        Ok(replica)
+    }
+
+    /// Brings the transport in line with the address book (after a snapshot was restored).
+    fn sync_transport(&mut self) {
+        for id in self.state.removed.clone() {
+            self.forget_peer(id);
+        }
+        for (id, m) in self.state.members.clone() {
+            self.learn_addr(id, m.raft, true);
+        }
+    }
+
+    /// Talks to `id` at `addr` from now on. Addresses from the log (`authoritative`) replace
+    /// what is known; an advertised one is used only for an id known no other way. Removed
+    /// members are never talked to again.
+    fn learn_addr(&mut self, id: u64, addr: SocketAddr, authoritative: bool) {
+        if id == 0 || id == self.cfg.id || self.state.removed.contains(&id) {
+            return;
+        }
+        match self.peer_addrs.get(&id) {
+            Some(a) if *a == addr => return,
+            Some(_) if !authoritative => return,
+            _ => {}
+        }
+        tracing::info!("node {}: peer {id} is at {addr}", self.cfg.id);
+        self.peer_addrs.insert(id, addr);
+        self.transport.add_peer(id, addr);
+    }
+
+    /// Stops talking to a removed member.
+    fn forget_peer(&mut self, id: u64) {
+        if self.peer_addrs.remove(&id).is_some() {
+            tracing::info!(
+                "node {}: stopped talking to removed member {id}",
+                self.cfg.id
+            );
+        }
+        self.transport.remove_peer(id);
     }
 
     /// Runs until shutdown or a fatal error.
@@ -317,6 +519,9 @@ impl<S: StateMachine> Replica<S> {
         for (_, r) in self.requests.drain() {
             (r.reply)(Err(ClientError::ShuttingDown));
         }
+        for p in self.admin_pending.drain(..) {
+            (p.reply)(Err(AdminError::ShuttingDown));
+        }
         self.publish();
         Ok(())
     }
@@ -325,10 +530,133 @@ impl<S: StateMachine> Replica<S> {
         match ev {
             Event::Peer(from, f) => self.on_frame(from, f),
             Event::Submit(s) => self.on_submit(s),
+            Event::Admin(cmd, reply) => self.on_admin(cmd, reply),
             Event::ClientError => self.counters.client_errors += 1,
             Event::Shutdown => return false,
         }
         true
+    }
+
+    fn on_admin(&mut self, cmd: AdminCmd, reply: AdminReply) {
+        match cmd {
+            AdminCmd::TransferLeader { id } => match self.raft.transfer_leader(id) {
+                Ok(()) => {
+                    self.counters.membership_changes += 1;
+                    tracing::info!("node {}: transferring leadership to {id}", self.cfg.id);
+                    reply(Ok(0));
+                }
+                Err(e) => reply(Err(admin_error(e))),
+            },
+            AdminCmd::AddLearner { id, raft, client } => {
+                let rec = MemberRecord { id, raft, client };
+                self.propose_change(ConfChange::AddLearner(id), Some(rec), reply);
+            }
+            AdminCmd::AddVoter { id, raft, client } => {
+                let rec = raft.map(|raft| MemberRecord { id, raft, client });
+                self.propose_change(ConfChange::AddVoter(id), rec, reply);
+            }
+            AdminCmd::Remove { id } => self.propose_change(ConfChange::Remove(id), None, reply),
+        }
+    }
+
+    /// Proposes a membership change, preceded by the new member's address record when it is
+    /// not in the address book yet; answers once the change commits.
+    fn propose_change(&mut self, cc: ConfChange, rec: Option<MemberRecord>, reply: AdminReply) {
+        let id = cc.node();
+        if self.raft.role() != Role::Leader {
+            return reply(Err(AdminError::NotLeader {
+                leader: self.raft.leader(),
+            }));
+        }
+        if self.state.removed.contains(&id) {
+            return reply(Err(AdminError::Invalid(format!(
+                "node {id} was removed from the group; a removed id is never reused"
+            ))));
+        }
+        let conf = self.raft.conf_state().clone();
+        if conf.apply(cc).is_none() {
+            return reply(Err(AdminError::Invalid(format!(
+                "{cc:?} does not apply to voters {:?}, learners {:?}",
+                conf.voters, conf.learners
+            ))));
+        }
+        let known =
+            self.state.members.contains_key(&id) || self.cfg.peers.iter().any(|p| p.id == id);
+        if let ConfChange::AddLearner(_) | ConfChange::AddVoter(_) = cc {
+            match &rec {
+                Some(r) => {
+                    let book = MemberAddrs {
+                        raft: r.raft,
+                        client: r.client,
+                    };
+                    if self.state.members.get(&id) != Some(&book) {
+                        // The address goes first: whoever has the change has the address.
+                        if let Err(e) = self.raft.propose(r.encode()) {
+                            return reply(Err(admin_error(e)));
+                        }
+                    }
+                    // The leader replicates to the new member from the moment it appends.
+                    self.learn_addr(id, r.raft, true);
+                }
+                None if !known => {
+                    return reply(Err(AdminError::Invalid(format!(
+                        "the address of node {id} is unknown: give \"raft\" (and \"client\")"
+                    ))));
+                }
+                None => {}
+            }
+        }
+        match self.raft.propose_conf_change(cc) {
+            Ok(index) => {
+                self.counters.membership_changes += 1;
+                tracing::info!(
+                    "node {}: proposed {cc:?} at index {index} in term {}",
+                    self.cfg.id,
+                    self.raft.term()
+                );
+                self.admin_pending.push(PendingAdmin {
+                    index,
+                    term: self.raft.term(),
+                    reply,
+                    deadline: Instant::now()
+                        + Duration::from_millis(self.cfg.request_timeout_ms.max(1_000)),
+                });
+            }
+            Err(e) => reply(Err(admin_error(e))),
+        }
+    }
+
+    /// Answers the admin command waiting for the entry at `e.index`, now committed.
+    fn resolve_admin(&mut self, e: &Entry) {
+        let Some(i) = self.admin_pending.iter().position(|p| p.index == e.index) else {
+            return;
+        };
+        let p = self.admin_pending.swap_remove(i);
+        if p.term == e.term && e.kind == EntryKind::ConfChange {
+            (p.reply)(Ok(e.index));
+        } else {
+            (p.reply)(Err(AdminError::Lost));
+        }
+    }
+
+    /// A committed membership change: a removed member is not talked to any more.
+    fn on_conf_applied(&mut self, cc: ConfChange) {
+        tracing::info!(
+            "node {}: membership change {cc:?} committed; voters {:?}, learners {:?}",
+            self.cfg.id,
+            self.raft.conf_state().voters,
+            self.raft.conf_state().learners
+        );
+        if let ConfChange::Remove(id) = cc {
+            if id == self.cfg.id {
+                tracing::warn!(
+                    "node {}: this replica was removed from the group; it stays quiet until stopped",
+                    self.cfg.id
+                );
+            } else {
+                self.forget_peer(id);
+            }
+        }
     }
 
     fn on_submit(&mut self, s: Submit) {
@@ -487,6 +815,7 @@ impl<S: StateMachine> Replica<S> {
                     self.retry.push(req);
                 }
             }
+            Frame::Advertise { raft } => self.learn_addr(from, raft, false),
             Frame::Hello { .. } | Frame::Chunk { .. } => {}
         }
     }
@@ -500,6 +829,15 @@ impl<S: StateMachine> Replica<S> {
             .filter(|(_, r)| r.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
+        let mut k = 0;
+        while k < self.admin_pending.len() {
+            if self.admin_pending[k].deadline <= now {
+                let p = self.admin_pending.swap_remove(k);
+                (p.reply)(Err(AdminError::Timeout));
+            } else {
+                k += 1;
+            }
+        }
         for id in expired {
             let routing = self
                 .requests
@@ -594,6 +932,7 @@ impl<S: StateMachine> Replica<S> {
                 .map_err(|e| Fatal(format!("cannot install the leader's snapshot: {e}")))?;
             self.counters.snapshots_installed += 1;
             tracing::info!("installed a snapshot at index {}", snap.meta.index);
+            self.sync_transport();
         }
         if !rd.entries.is_empty() {
             self.storage.append(&rd.entries).map_err(storage_err)?;
@@ -620,12 +959,30 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             self.counters.applied_entries += 1;
-            if e.kind == EntryKind::ConfChange || e.data.is_empty() {
+            if !self.admin_pending.is_empty() {
+                self.resolve_admin(e);
+            }
+            if e.kind == EntryKind::ConfChange {
+                match ConfChange::decode(&e.data) {
+                    Some(cc) => {
+                        self.state.apply_conf(e.index, cc);
+                        self.on_conf_applied(cc);
+                    }
+                    None => self.state.skip(e.index),
+                }
+                continue;
+            }
+            if e.data.is_empty() {
                 self.state.skip(e.index);
                 continue;
             }
-            let env = match Envelope::decode(&e.data) {
-                Ok(env) => env,
+            let env = match EntryData::decode(&e.data) {
+                Ok(EntryData::Command(env)) => env,
+                Ok(EntryData::Member(rec)) => {
+                    self.state.apply_member(e.index, &rec);
+                    self.learn_addr(rec.id, rec.raft, true);
+                    continue;
+                }
                 Err(err) => {
                     // Only replicas write entries; a bad one is a bug, but it must not wedge us.
                     tracing::error!("entry {} is not an envelope: {err}", e.index);
@@ -708,6 +1065,7 @@ impl<S: StateMachine> Replica<S> {
         self.counters.frames_dropped = t.frames_dropped.load(Ordering::Relaxed);
         self.counters.messages_rejected = self.raft.counters().messages_rejected;
         let conf = self.raft.conf_state().clone();
+        let members = self.member_status();
         let s = Status {
             id: self.cfg.id,
             role: role_name(self.raft.role()).into(),
@@ -719,6 +1077,7 @@ impl<S: StateMachine> Replica<S> {
             first_index: self.raft.first_index(),
             voters: conf.voters,
             learners: conf.learners,
+            members,
             dataplane: "off".into(),
             dataplane_enabled: false,
             durability: match self.cfg.durability {
@@ -740,6 +1099,68 @@ impl<S: StateMachine> Replica<S> {
             read_latency: self.read_latency.clone(),
         };
         *self.status.lock().expect("status") = s;
+    }
+}
+
+impl<S: StateMachine> Replica<S> {
+    fn member_status(&self) -> Vec<MemberStatus> {
+        let conf = self.raft.conf_state();
+        let leader = self.raft.role() == Role::Leader;
+        let mut out = Vec::new();
+        for (id, role) in conf
+            .voters
+            .iter()
+            .map(|v| (*v, "voter"))
+            .chain(conf.learners.iter().map(|l| (*l, "learner")))
+        {
+            let book = self.state.members.get(&id);
+            let peer = self.cfg.peers.iter().find(|p| p.id == id);
+            let (raft, client) = if id == self.cfg.id {
+                (Some(self.cfg.listen.raft), Some(self.cfg.listen.client))
+            } else {
+                (
+                    book.map(|b| b.raft)
+                        .or_else(|| self.peer_addrs.get(&id).copied()),
+                    book.and_then(|b| b.client)
+                        .or_else(|| peer.and_then(|p| p.client)),
+                )
+            };
+            let match_index = if !leader {
+                0
+            } else if id == self.cfg.id {
+                self.raft.last_index()
+            } else {
+                self.raft.progress(id).map_or(0, |(m, _)| m)
+            };
+            out.push(MemberStatus {
+                id,
+                role: role.into(),
+                raft: raft.map(|a| a.to_string()).unwrap_or_default(),
+                client: client.map(|a| a.to_string()).unwrap_or_default(),
+                match_index,
+            });
+        }
+        out.sort_by_key(|m| m.id);
+        out
+    }
+}
+
+fn admin_error(e: ProposeError) -> AdminError {
+    match e {
+        ProposeError::NotLeader { leader } => AdminError::NotLeader { leader },
+        ProposeError::Retry => AdminError::Retry("the data plane is being handed over".into()),
+        ProposeError::TransferInProgress => {
+            AdminError::Retry("a leader transfer is in progress".into())
+        }
+        ProposeError::ConfChangePending => AdminError::ChangePending,
+        ProposeError::NotCommittedInTerm => AdminError::NotCommittedInTerm,
+        ProposeError::InvalidConfChange => {
+            AdminError::Invalid("the change does not apply to the configuration".into())
+        }
+        ProposeError::WouldLoseQuorum => AdminError::WouldLoseQuorum,
+        ProposeError::InvalidTransferTarget => AdminError::Invalid(
+            "the transfer target is not a voter that can lead (caught up, not recovering)".into(),
+        ),
     }
 }
 

@@ -1,7 +1,10 @@
 //! The replicated state machine: the trait users implement, the entry envelope every command
-//! travels in, and the client sessions that make retried commands exactly-once.
+//! travels in, the client sessions that make retried commands exactly-once, and the members'
+//! address book (node-level records in the log, so every replica learns where a new member
+//! listens; snapshotted with the sessions).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 
 use waverunner_storage::codec::{CodecError, Reader, Writer};
 
@@ -52,6 +55,8 @@ pub struct Envelope {
 }
 
 const ENVELOPE_VERSION: u8 = 1;
+/// First byte of a [`MemberRecord`] entry (a client envelope starts with [`ENVELOPE_VERSION`]).
+const MEMBER_RECORD: u8 = 2;
 
 impl Envelope {
     /// Encodes the envelope as entry data.
@@ -90,6 +95,104 @@ impl Envelope {
     }
 }
 
+/// A node-level log record: member `id` listens for replicas at `raft` (and for native
+/// clients at `client`). The leader appends one right before the `AddLearner` / `AddVoter`
+/// entry of a new member, so every replica that has the configuration change also has the
+/// address before it (Log Matching), and learns it when it applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberRecord {
+    /// The member's node id.
+    pub id: u64,
+    /// Its control-plane TCP address.
+    pub raft: SocketAddr,
+    /// Its native client UDP address, if it serves one.
+    pub client: Option<SocketAddr>,
+}
+
+fn put_addr(w: &mut Writer, a: Option<SocketAddr>) {
+    w.put_bytes(a.map(|a| a.to_string()).unwrap_or_default().as_bytes());
+}
+
+fn get_addr(r: &mut Reader) -> Result<Option<SocketAddr>, CodecError> {
+    let b = r.get_bytes(64)?;
+    if b.is_empty() {
+        return Ok(None);
+    }
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .map(Some)
+        .ok_or(CodecError::Invalid {
+            what: "socket address",
+            value: b.len() as u64,
+        })
+}
+
+impl MemberRecord {
+    /// Encodes the record as entry data.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.put_u8(MEMBER_RECORD);
+        w.put_u64(self.id);
+        put_addr(&mut w, Some(self.raft));
+        put_addr(&mut w, self.client);
+        w.into_inner()
+    }
+
+    /// Decodes entry data written by [`MemberRecord::encode`].
+    pub fn decode(b: &[u8]) -> Result<MemberRecord, CodecError> {
+        let mut r = Reader::new(b);
+        let tag = r.get_u8()?;
+        if tag != MEMBER_RECORD {
+            return Err(CodecError::Invalid {
+                what: "member record tag",
+                value: u64::from(tag),
+            });
+        }
+        let id = r.get_u64()?;
+        let raft = get_addr(&mut r)?.ok_or(CodecError::Invalid {
+            what: "member raft address",
+            value: 0,
+        })?;
+        let client = get_addr(&mut r)?;
+        r.finish()?;
+        Ok(MemberRecord { id, raft, client })
+    }
+}
+
+/// What the data of a normal, non-empty log entry is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryData {
+    /// A client command.
+    Command(Envelope),
+    /// A member's addresses.
+    Member(MemberRecord),
+}
+
+impl EntryData {
+    /// Decodes the data of a normal, non-empty entry.
+    pub fn decode(b: &[u8]) -> Result<EntryData, CodecError> {
+        if b.first() == Some(&MEMBER_RECORD) {
+            MemberRecord::decode(b).map(EntryData::Member)
+        } else {
+            Envelope::decode(b).map(EntryData::Command)
+        }
+    }
+}
+
+/// Where a member listens, as the address book holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberAddrs {
+    /// Control-plane TCP.
+    pub raft: SocketAddr,
+    /// Native client UDP, if any.
+    pub client: Option<SocketAddr>,
+}
+
+/// Most address-book entries (removed ids included) kept; beyond it the oldest removed ids
+/// are forgotten.
+pub const MAX_MEMBERS: usize = 4_096;
+
 /// Largest command or result inside an entry or a snapshot.
 const MAX_DATA: usize = waverunner_storage::codec::MAX_ENTRY_DATA;
 
@@ -115,11 +218,17 @@ struct Session {
     last_index: u64,
 }
 
-/// The replicated state: client sessions plus the user's state machine.
+/// The replicated state: client sessions, the members' address book, plus the user's state
+/// machine.
 pub struct Replicated<S> {
     /// The user's state machine.
     pub sm: S,
     sessions: BTreeMap<u64, Session>,
+    /// Addresses of members that joined through the log (the initial members' addresses come
+    /// from each replica's configuration).
+    pub members: BTreeMap<u64, MemberAddrs>,
+    /// Members whose removal was applied: never talked to again.
+    pub removed: BTreeSet<u64>,
     /// Highest applied index.
     pub applied: u64,
     /// The newest leader timestamp applied.
@@ -132,6 +241,8 @@ impl<S: StateMachine> Replicated<S> {
         Replicated {
             sm,
             sessions: BTreeMap::new(),
+            members: BTreeMap::new(),
+            removed: BTreeSet::new(),
             applied: 0,
             now_ms: 0,
         }
@@ -181,6 +292,34 @@ impl<S: StateMachine> Replicated<S> {
         self.applied = index;
     }
 
+    /// Applies a member's address record at `index`. A removed member's record is ignored.
+    pub fn apply_member(&mut self, index: u64, rec: &MemberRecord) {
+        self.skip(index);
+        if rec.id == 0 || self.removed.contains(&rec.id) {
+            return;
+        }
+        self.members.insert(
+            rec.id,
+            MemberAddrs {
+                raft: rec.raft,
+                client: rec.client,
+            },
+        );
+    }
+
+    /// Applies a committed membership change at `index`: a removed member leaves the address
+    /// book for good.
+    pub fn apply_conf(&mut self, index: u64, cc: waverunner_raft::ConfChange) {
+        self.skip(index);
+        if let waverunner_raft::ConfChange::Remove(id) = cc {
+            self.members.remove(&id);
+            self.removed.insert(id);
+            while self.removed.len() > MAX_MEMBERS {
+                self.removed.pop_first();
+            }
+        }
+    }
+
     /// Sessions remembered.
     pub fn sessions(&self) -> usize {
         self.sessions.len()
@@ -198,6 +337,17 @@ impl<S: StateMachine> Replicated<S> {
             w.put_bytes(&s.result);
         }
         w.put_bytes(&self.sm.snapshot());
+        // The address book follows (absent in snapshots of older versions).
+        w.put_u32(self.members.len() as u32);
+        for (id, m) in &self.members {
+            w.put_u64(*id);
+            put_addr(&mut w, Some(m.raft));
+            put_addr(&mut w, m.client);
+        }
+        w.put_u32(self.removed.len() as u32);
+        for id in &self.removed {
+            w.put_u64(*id);
+        }
         w.into_inner()
     }
 
@@ -228,8 +378,35 @@ impl<S: StateMachine> Replicated<S> {
         let sm = r
             .get_bytes(waverunner_storage::codec::MAX_SNAPSHOT_DATA)
             .map_err(bad)?;
+        let mut members = BTreeMap::new();
+        let mut removed = BTreeSet::new();
+        if r.remaining() > 0 {
+            let n = r.get_u32().map_err(bad)? as usize;
+            if n > MAX_MEMBERS {
+                return Err(format!("snapshot: {n} members, more than {MAX_MEMBERS}"));
+            }
+            for _ in 0..n {
+                let id = r.get_u64().map_err(bad)?;
+                let raft = get_addr(&mut r)
+                    .map_err(bad)?
+                    .ok_or("snapshot: a member without an address")?;
+                let client = get_addr(&mut r).map_err(bad)?;
+                members.insert(id, MemberAddrs { raft, client });
+            }
+            let n = r.get_u32().map_err(bad)? as usize;
+            if n > MAX_MEMBERS {
+                return Err(format!(
+                    "snapshot: {n} removed members, more than {MAX_MEMBERS}"
+                ));
+            }
+            for _ in 0..n {
+                removed.insert(r.get_u64().map_err(bad)?);
+            }
+        }
         r.finish().map_err(bad)?;
         self.sm.restore(sm)?;
+        self.members = members;
+        self.removed = removed;
         self.sessions = sessions;
         self.now_ms = now_ms;
         self.applied = index;
@@ -321,6 +498,64 @@ mod tests {
             Outcome::Duplicate(_)
         ));
         assert!(back.restore(1, &snap[..snap.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn the_address_book_is_replicated_and_snapshotted() {
+        let mut r = Replicated::new(Counter::default());
+        let rec = |id, port| MemberRecord {
+            id,
+            raft: format!("127.0.0.1:{port}").parse().unwrap(),
+            client: (id % 2 == 0).then(|| format!("127.0.0.1:{}", port + 100).parse().unwrap()),
+        };
+        for (i, id) in [4u64, 5, 6].iter().enumerate() {
+            let data = rec(*id, 7000 + *id as u16).encode();
+            match EntryData::decode(&data).unwrap() {
+                EntryData::Member(m) => r.apply_member(i as u64 + 1, &m),
+                other => panic!("{other:?}"),
+            }
+        }
+        r.apply_conf(4, waverunner_raft::ConfChange::Remove(5));
+        r.apply_conf(5, waverunner_raft::ConfChange::AddVoter(6));
+        // A removed member is never added back by a late record.
+        r.apply_member(6, &rec(5, 1));
+        assert_eq!(r.members.keys().copied().collect::<Vec<_>>(), vec![4, 6]);
+        assert_eq!(r.members[&4].raft, "127.0.0.1:7004".parse().unwrap());
+        assert_eq!(
+            r.members[&4].client,
+            Some("127.0.0.1:7104".parse().unwrap())
+        );
+        assert_eq!(
+            r.members[&6].client,
+            Some("127.0.0.1:7106".parse().unwrap())
+        );
+        r.apply_member(7, &rec(7, 7007));
+        assert_eq!(r.members[&7].client, None);
+        assert!(r.removed.contains(&5));
+        assert_eq!(r.applied, 7);
+        let snap = r.snapshot();
+        let mut back = Replicated::new(Counter::default());
+        back.restore(r.applied, &snap).unwrap();
+        assert_eq!(back.members, r.members);
+        assert_eq!(back.removed, r.removed);
+        // A snapshot without the book (an older version) restores with an empty one.
+        let mut old = Replicated::new(Counter::default());
+        old.apply(1, &env(7, 1, 3));
+        let mut data = old.snapshot();
+        data.truncate(data.len() - 8);
+        let mut back = Replicated::new(Counter::default());
+        back.restore(1, &data).unwrap();
+        assert!(back.members.is_empty() && back.sessions() == 1);
+        // Client envelopes still decode as commands; garbage records are refused.
+        let e = env(3, 4, 5);
+        assert_eq!(
+            EntryData::decode(&e.encode()).unwrap(),
+            EntryData::Command(e)
+        );
+        assert!(EntryData::decode(&[2, 1, 2, 3]).is_err());
+        let mut bad = rec(4, 7004).encode();
+        bad.push(0);
+        assert!(MemberRecord::decode(&bad).is_err());
     }
 
     #[test]

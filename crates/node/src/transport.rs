@@ -2,6 +2,12 @@
 //! and reconnection with backoff, and inbound connections whose frames are checked and handed
 //! to the replica's event queue. Raft tolerates loss: a full queue or a broken connection drops
 //! frames (counted), it never blocks the replica.
+//!
+//! Peers come and go with membership changes: [`Transport::add_peer`] starts talking to a new
+//! member, [`Transport::remove_peer`] stops talking to a removed one (its sender thread ends and
+//! closes the connection). Every outbound connection opens with `Hello` (who is speaking) and
+//! `Advertise` (where the speaker listens), so a replica can answer a peer it has no address
+//! for yet — a joining replica learns its leader's address this way.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -37,20 +43,31 @@ pub struct TransportStats {
 /// What inbound connections deliver: (sender node id, frame).
 pub type Inbound = (u64, Frame);
 
+struct PeerQueue {
+    addr: SocketAddr,
+    tx: SyncSender<Vec<u8>>,
+    /// Set when the peer is removed: its sender thread ends.
+    gone: Arc<AtomicBool>,
+}
+
 /// Outbound half: queues per peer.
 pub struct Transport {
-    queues: Mutex<HashMap<u64, SyncSender<Vec<u8>>>>,
+    queues: Mutex<HashMap<u64, PeerQueue>>,
     /// Counters.
     pub stats: Arc<TransportStats>,
     self_id: u64,
+    /// Where this replica listens for replicas, told to every peer after the hello.
+    advertise: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
 }
 
 impl Transport {
-    /// Starts accepting on `listener` (delivering to `deliver`) and connecting to `peers`.
+    /// Starts accepting on `listener` (delivering to `deliver`) and connecting to `peers`;
+    /// `advertise` (this replica's listening address) is told to every peer it connects to.
     pub fn start(
         self_id: u64,
         listener: TcpListener,
+        advertise: Option<SocketAddr>,
         peers: &[(u64, SocketAddr)],
         deliver: impl Fn(Inbound) -> bool + Send + Sync + 'static,
         stop: Arc<AtomicBool>,
@@ -60,6 +77,7 @@ impl Transport {
             queues: Mutex::new(HashMap::new()),
             stats: stats.clone(),
             self_id,
+            advertise,
             stop: stop.clone(),
         });
         for (id, addr) in peers {
@@ -73,19 +91,59 @@ impl Transport {
         t
     }
 
-    /// Starts connecting to a peer (idempotent).
+    /// Starts connecting to a peer. Idempotent; a known peer at a new address is reconnected
+    /// there.
     pub fn add_peer(&self, id: u64, addr: SocketAddr) {
         let mut q = self.queues.lock().expect("queues");
-        if q.contains_key(&id) || id == self.self_id {
+        if id == self.self_id || id == 0 {
             return;
         }
+        match q.get(&id) {
+            Some(p) if p.addr == addr => return,
+            Some(p) => p.gone.store(true, Ordering::Relaxed),
+            None => {}
+        }
         let (tx, rx) = sync_channel(SEND_QUEUE);
-        q.insert(id, tx);
-        let (stats, stop, me) = (self.stats.clone(), self.stop.clone(), self.self_id);
+        let gone = Arc::new(AtomicBool::new(false));
+        q.insert(
+            id,
+            PeerQueue {
+                addr,
+                tx,
+                gone: gone.clone(),
+            },
+        );
+        let (stats, stop, me, adv) = (
+            self.stats.clone(),
+            self.stop.clone(),
+            self.self_id,
+            self.advertise,
+        );
         thread::Builder::new()
             .name(format!("raft-send-{id}"))
-            .spawn(move || send_loop(me, addr, rx, stats, stop))
+            .spawn(move || send_loop(me, adv, addr, rx, stats, stop, gone))
             .expect("spawn sender thread");
+    }
+
+    /// Stops talking to a peer (a removed member): frames to it are dropped from now on, its
+    /// sender thread ends and closes its connection. Unknown peers are ignored.
+    pub fn remove_peer(&self, id: u64) {
+        if let Some(p) = self.queues.lock().expect("queues").remove(&id) {
+            p.gone.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The peers this transport talks to, by id.
+    pub fn peers(&self) -> Vec<(u64, SocketAddr)> {
+        let mut v: Vec<(u64, SocketAddr)> = self
+            .queues
+            .lock()
+            .expect("queues")
+            .iter()
+            .map(|(id, p)| (*id, p.addr))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Queues `f` for peer `to`; drops it (counted) if the queue is full or `to` is unknown.
@@ -93,7 +151,7 @@ impl Transport {
         let mut buf = Vec::new();
         wire::encode_frames(f, &mut buf);
         let q = self.queues.lock().expect("queues");
-        match q.get(&to).map(|tx| tx.try_send(buf)) {
+        match q.get(&to).map(|p| p.tx.try_send(buf)) {
             Some(Ok(())) => {}
             Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => {
                 self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
@@ -104,13 +162,16 @@ impl Transport {
 
 fn send_loop(
     me: u64,
+    advertise: Option<SocketAddr>,
     addr: SocketAddr,
     rx: Receiver<Vec<u8>>,
     stats: Arc<TransportStats>,
     stop: Arc<AtomicBool>,
+    gone: Arc<AtomicBool>,
 ) {
     let mut backoff = Duration::from_millis(5);
-    while !stop.load(Ordering::Relaxed) {
+    let ended = || stop.load(Ordering::Relaxed) || gone.load(Ordering::Relaxed);
+    while !ended() {
         let mut s = match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
             Ok(s) => s,
             Err(_) => {
@@ -129,12 +190,15 @@ fn send_loop(
         let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
         let mut hello = Vec::new();
         wire::encode_frames(&Frame::Hello { node: me }, &mut hello);
+        if let Some(raft) = advertise {
+            wire::encode_frames(&Frame::Advertise { raft }, &mut hello);
+        }
         if s.write_all(&hello).is_err() {
             continue;
         }
         let mut batch = Vec::new();
         loop {
-            if stop.load(Ordering::Relaxed) {
+            if ended() {
                 return;
             }
             match rx.recv_timeout(Duration::from_millis(100)) {
@@ -219,6 +283,7 @@ fn recv_loop(
     stats: &TransportStats,
 ) -> Result<(), String> {
     let _ = s.set_nodelay(true);
+    let source = s.peer_addr().ok();
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
     let from = match read_frame(&mut s)? {
@@ -245,6 +310,16 @@ fn recv_loop(
                 None => continue,
             },
             Frame::Hello { .. } => return Err("a second hello".into()),
+            Frame::Advertise { mut raft } => {
+                // A replica listening on a wildcard address is reached at the address it
+                // connected from.
+                if raft.ip().is_unspecified() {
+                    if let Some(src) = source {
+                        raft.set_ip(src.ip());
+                    }
+                }
+                Frame::Advertise { raft }
+            }
             f => f,
         };
         if let Frame::Raft(m) = &f {

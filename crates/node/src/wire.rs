@@ -29,6 +29,7 @@ const K_RAFT: u8 = 2;
 const K_FORWARD: u8 = 3;
 const K_FORWARD_NACK: u8 = 4;
 const K_CHUNK: u8 = 5;
+const K_ADVERTISE: u8 = 6;
 
 /// One frame between replicas.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +59,13 @@ pub enum Frame {
         req: u64,
         /// The leader as the receiver knows it (0: unknown).
         leader: u64,
+    },
+    /// Second frame on an outbound connection: where the sender listens for replicas. Lets a
+    /// replica answer a peer whose address it has not learned yet (a joining replica and its
+    /// leader); addresses from the replicated log take precedence.
+    Advertise {
+        /// The sender's control-plane TCP address.
+        raft: std::net::SocketAddr,
     },
     /// A piece of an encoded frame too large for one frame.
     Chunk {
@@ -320,6 +328,10 @@ fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
             w.put_u64(*leader);
             K_FORWARD_NACK
         }
+        Frame::Advertise { raft } => {
+            w.put_bytes(raft.to_string().as_bytes());
+            K_ADVERTISE
+        }
         Frame::Chunk {
             total,
             offset,
@@ -415,6 +427,15 @@ pub fn decode_kind(kind: u8, payload: &[u8]) -> Result<Frame, WireError> {
             req: r.get_u64()?,
             leader: r.get_u64()?,
         },
+        K_ADVERTISE => {
+            let text = std::str::from_utf8(r.get_bytes(64)?)
+                .map_err(|_| WireError("advertised address is not text".into()))?;
+            Frame::Advertise {
+                raft: text
+                    .parse()
+                    .map_err(|_| WireError("advertised address is not ip:port".into()))?,
+            }
+        }
         K_CHUNK => Frame::Chunk {
             total: r.get_u32()?,
             offset: r.get_u32()?,
@@ -564,6 +585,12 @@ mod tests {
             command: b"cmd".to_vec(),
         });
         roundtrip(Frame::ForwardNack { req: 1, leader: 3 });
+        roundtrip(Frame::Advertise {
+            raft: "127.0.0.1:7001".parse().unwrap(),
+        });
+        roundtrip(Frame::Advertise {
+            raft: "[::1]:7001".parse().unwrap(),
+        });
     }
 
     #[test]
@@ -621,7 +648,7 @@ mod tests {
                 b[i] ^= (x >> 8) as u8 | 1;
                 b.truncate((x >> 20) as usize % (b.len() + 1));
             }
-            for k in 0..7 {
+            for k in 0..8 {
                 let _ = decode_kind(k, &b);
             }
             let _ = decode_message(&b);
