@@ -2,7 +2,7 @@
 # Installs what building and testing Waverunner needs. Idempotent: installs only what is missing.
 set -euo pipefail
 
-apt_pkgs=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config gcc make iproute2 redis-tools libmemcached-tools python3 python3-pymemcache)
+apt_pkgs=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config linux-libc-dev gcc make iproute2 nftables redis-tools libmemcached-tools python3 python3-pymemcache)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
