@@ -175,12 +175,14 @@ pub fn unique_dir(what: &str) -> PathBuf {
 /// Takes the machine-wide cluster lock (blocks until no other test cluster runs).
 fn cluster_lock() -> File {
     let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
+    // flock works on a read-only descriptor too (the file may belong to another user).
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .expect("open the cluster lock file");
+        .or_else(|_| File::open(&path))
+        .unwrap_or_else(|e| panic!("open the cluster lock file {}: {e}", path.display()));
     use std::os::unix::io::AsRawFd;
     loop {
         // SAFETY: flock on a file descriptor we own.
