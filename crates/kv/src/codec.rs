@@ -32,8 +32,8 @@
 //! | 11  | `Del`      | keys |
 //! | 12  | `IncrBy`   | key, `i64` delta |
 //! | 13  | `McIncr`   | key, `u64` delta, bool decr |
-//! | 14  | `Append`   | key, value, bool must_exist |
-//! | 15  | `Prepend`  | key, value |
+//! | 14  | `Append`   | key, value, bool must_exist, `u64` max_len |
+//! | 15  | `Prepend`  | key, value, `u64` max_len |
 //! | 16  | `Touch`    | keys, expiry, bool get |
 //! | 17  | `FlushAll` | |
 //!
@@ -211,16 +211,23 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             key,
             value,
             must_exist,
+            max_len,
         } => {
             out.push(OP_APPEND);
             put_bytes(out, key);
             put_bytes(out, value);
             out.push(u8::from(*must_exist));
+            put_u64(out, *max_len);
         }
-        Op::Prepend { key, value } => {
+        Op::Prepend {
+            key,
+            value,
+            max_len,
+        } => {
             out.push(OP_PREPEND);
             put_bytes(out, key);
             put_bytes(out, value);
+            put_u64(out, *max_len);
         }
         Op::Touch { keys, expiry, get } => {
             out.push(OP_TOUCH);
@@ -287,10 +294,12 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
             key: r.bytes()?,
             value: r.bytes()?,
             must_exist: r.bool()?,
+            max_len: r.u64()?,
         },
         OP_PREPEND => Op::Prepend {
             key: r.bytes()?,
             value: r.bytes()?,
+            max_len: r.u64()?,
         },
         OP_TOUCH => Op::Touch {
             keys: r.list()?,

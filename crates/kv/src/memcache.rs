@@ -38,6 +38,7 @@
 use std::fmt;
 
 use crate::ops::{Bytes, Cond, Expiry, Op, Response};
+use crate::store::ERR_TOO_LARGE;
 
 /// The largest exptime taken as relative, in seconds (30 days).
 pub const MAX_RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
@@ -615,7 +616,9 @@ pub enum McAction {
 /// How to turn the store's [`Response`] into the reply of the command that asked.
 ///
 /// [`Response::Error`]`(msg)` renders as `SERVER_ERROR msg` (`CLIENT_ERROR msg` for
-/// `incr`/`decr`), and a response the command cannot produce as a `SERVER_ERROR`.
+/// `incr`/`decr`; memcached's `SERVER_ERROR object too large for cache` for
+/// [`ERR_TOO_LARGE`] from `append`/`prepend`), and a response the command cannot produce as a
+/// `SERVER_ERROR`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum McRender {
     /// `VALUE key flags bytes [cas]\r\ndata\r\n` per item found, then `END` (`get`, `gets`,
@@ -693,8 +696,13 @@ pub fn command(cmd: McCommand) -> McAction {
                     key,
                     value,
                     must_exist: true,
+                    max_len: u64::MAX,
                 },
-                StoreMode::Prepend => Op::Prepend { key, value },
+                StoreMode::Prepend => Op::Prepend {
+                    key,
+                    value,
+                    max_len: u64::MAX,
+                },
             };
             store(op, McRender::Stored, noreply)
         }
@@ -773,6 +781,9 @@ pub fn render(r: &McRender, resp: &Response) -> Vec<u8> {
     match (r, resp) {
         (McRender::Counter, Response::Error(msg)) => {
             line(&format!("CLIENT_ERROR {}", one_line(msg)))
+        }
+        (McRender::Stored, Response::Error(msg)) if msg == ERR_TOO_LARGE => {
+            line("SERVER_ERROR object too large for cache")
         }
         (_, Response::Error(msg)) => line(&format!("SERVER_ERROR {}", one_line(msg))),
         (McRender::Values { keys, cas }, Response::Items(items)) => {

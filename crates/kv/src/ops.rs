@@ -91,9 +91,20 @@ pub enum Op {
         key: Bytes,
         value: Bytes,
         must_exist: bool,
+        /// The longest value the result may have; `u64::MAX` = no limit. The front-end that
+        /// takes the command fills it from its configuration; it travels in the log entry, so
+        /// every replica enforces the same limit.
+        max_len: u64,
     },
     /// memcached `prepend` (the key must exist).
-    Prepend { key: Bytes, value: Bytes },
+    Prepend {
+        key: Bytes,
+        value: Bytes,
+        /// The longest value the result may have; `u64::MAX` = no limit. The front-end that
+        /// takes the command fills it from its configuration; it travels in the log entry, so
+        /// every replica enforces the same limit.
+        max_len: u64,
+    },
     /// Set or clear the expiry of an existing key (`EXPIRE`, `PEXPIRE`, `PERSIST`,
     /// memcached `touch`); with `get`, also return the value (memcached `gat`).
     Touch {

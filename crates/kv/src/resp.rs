@@ -791,6 +791,7 @@ pub fn command(args: &[Vec<u8>]) -> Action {
                 key: key(),
                 value: args[2].clone(),
                 must_exist: false,
+                max_len: u64::MAX,
             },
             Render::Int,
         ),

@@ -51,6 +51,10 @@ pub const ERR_OVERFLOW: &str = "increment or decrement would overflow";
 /// The error of `McIncr` on a value that is not an unsigned 64-bit decimal (memcached's message,
 /// less its `CLIENT_ERROR ` prefix).
 pub const ERR_NON_NUMERIC: &str = "cannot increment or decrement non-numeric value";
+/// The error of `Append` and `Prepend` when the result would be longer than their `max_len`
+/// (Redis's message, less its `ERR ` prefix; memcached front-ends render it as
+/// `SERVER_ERROR object too large for cache`).
+pub const ERR_TOO_LARGE: &str = "string exceeds maximum allowed size";
 /// The error of [`KvStore::read`] given an operation that writes.
 pub const ERR_NOT_READ_ONLY: &str = "not a read-only operation";
 
@@ -172,6 +176,8 @@ impl KvStore {
     /// - `Append`: `Int(new length)`; a missing key is created (flags 0, no expiry) unless
     ///   `must_exist` (memcached), which gives `NotStored`. Flags and expiry are kept.
     /// - `Prepend` (memcached): `Ok`, or `NotStored` if the key is absent.
+    /// - `Append` and `Prepend`: `Error(ERR_TOO_LARGE)` if the new value would be longer than
+    ///   `max_len` bytes; nothing changes (not the value, nor its CAS unique).
     /// - `Touch`: for each key that exists, sets its expiry; the CAS unique is unchanged.
     ///   With `get`, the result is `Items` (the value as it was, `None` for absent keys; an
     ///   expiry in the past deletes the key after reading it). Without `get`, `Int(count)`:
@@ -340,15 +346,22 @@ impl KvStore {
                 key,
                 value,
                 must_exist,
+                max_len,
             } => {
                 self.purge(key);
                 match self.items.get_mut(key.as_slice()) {
                     Some(e) => {
+                        if too_long(e.value.len(), value.len(), *max_len) {
+                            return Response::Error(ERR_TOO_LARGE.into());
+                        }
                         e.value.extend_from_slice(value);
                         e.cas = index;
                         Response::Int(len_i64(e.value.len()))
                     }
                     None if *must_exist => Response::NotStored,
+                    None if too_long(0, value.len(), *max_len) => {
+                        Response::Error(ERR_TOO_LARGE.into())
+                    }
                     None => {
                         self.store(
                             key,
@@ -363,11 +376,18 @@ impl KvStore {
                     }
                 }
             }
-            Op::Prepend { key, value } => {
+            Op::Prepend {
+                key,
+                value,
+                max_len,
+            } => {
                 self.purge(key);
                 let Some(e) = self.items.get_mut(key.as_slice()) else {
                     return Response::NotStored;
                 };
+                if too_long(e.value.len(), value.len(), *max_len) {
+                    return Response::Error(ERR_TOO_LARGE.into());
+                }
                 let mut v = Vec::with_capacity(value.len() + e.value.len());
                 v.extend_from_slice(value);
                 v.extend_from_slice(&e.value);
@@ -742,6 +762,11 @@ impl KvStore {
 }
 
 /// A length as a result number.
+/// Whether `old + add` bytes exceed `max_len`.
+fn too_long(old: usize, add: usize, max_len: u64) -> bool {
+    (old as u64).saturating_add(add as u64) > max_len
+}
+
 fn len_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -87,15 +87,18 @@ fn sample_ops() -> Vec<Op> {
             key: b("k"),
             value: b("tail"),
             must_exist: false,
+            max_len: u64::MAX,
         },
         Op::Append {
             key: b("k"),
             value: vec![],
             must_exist: true,
+            max_len: 0,
         },
         Op::Prepend {
             key: b("k"),
             value: b("head"),
+            max_len: 1024,
         },
         Op::Touch {
             keys: vec![],
@@ -308,8 +311,12 @@ fn strict_tags_and_enums() {
         key: b("k"),
         value: b("v"),
         must_exist: true,
+        max_len: u64::MAX,
     });
-    *bytes.last_mut().unwrap() = 2;
+    // must_exist is followed by the u64 max_len.
+    let at = bytes.len() - 9;
+    assert_eq!(bytes[at], 1);
+    bytes[at] = 2;
     assert_eq!(decode_op(&bytes), Err(DecodeError("bad boolean")));
     // Expiry and condition tags.
     let set = Op::Set {

@@ -4,6 +4,7 @@ use waverunner_kv::memcache::{
     command, expiry, parse_command, render, render_stats, Limits, McAction, McCommand, McError,
     McErrorKind, McRender, StoreMode, VERSION_REPLY,
 };
+use waverunner_kv::store::ERR_TOO_LARGE;
 use waverunner_kv::{Cond, Expiry, Item, Op, Response};
 
 type Parsed = Result<Option<(McCommand, usize)>, McError>;
@@ -307,7 +308,8 @@ fn storage_commands_translate() {
             Op::Append {
                 key: k("k"),
                 value: k("v"),
-                must_exist: true
+                must_exist: true,
+                max_len: u64::MAX,
             },
             McRender::Stored,
             false
@@ -318,7 +320,8 @@ fn storage_commands_translate() {
         (
             Op::Prepend {
                 key: k("k"),
-                value: k("v")
+                value: k("v"),
+                max_len: u64::MAX,
             },
             McRender::Stored,
             true
@@ -352,6 +355,11 @@ fn storage_replies() {
     assert_eq!(
         out(&s, Response::Error("out of memory".into())),
         "SERVER_ERROR out of memory\r\n"
+    );
+    // append/prepend past max_len: memcached's wording.
+    assert_eq!(
+        out(&s, Response::Error(ERR_TOO_LARGE.into())),
+        "SERVER_ERROR object too large for cache\r\n"
     );
     let c = McRender::Cas;
     assert_eq!(out(&c, Response::Ok), "STORED\r\n");

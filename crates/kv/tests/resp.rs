@@ -4,6 +4,7 @@ use waverunner_kv::resp::{
     command, decode_cursor, encode_cursor, parse_command, render, render_info, Action, ClientCmd,
     Limits, ProtocolError, Render, Session,
 };
+use waverunner_kv::store::ERR_TOO_LARGE;
 use waverunner_kv::{Cond, Expiry, Item, Op, Response};
 
 type Parsed = Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError>;
@@ -711,13 +712,19 @@ fn append_strlen() {
             Op::Append {
                 key: k("k"),
                 value: k("v"),
-                must_exist: false
+                must_exist: false,
+                max_len: u64::MAX,
             },
             Render::Int
         )
     );
     assert_eq!(store("STRLEN k"), (Op::Strlen { key: k("k") }, Render::Int));
     assert_eq!(out(Render::Int, Response::Int(11)), ":11\r\n");
+    // APPEND past max_len: Redis's wording.
+    assert_eq!(
+        out(Render::Int, Response::Error(ERR_TOO_LARGE.into())),
+        "-ERR string exceeds maximum allowed size\r\n"
+    );
 }
 
 // ---------------------------------------------------------------------------------- expiry

@@ -1,7 +1,9 @@
 //! The store's semantics, operation by operation, with explicit log indices and timestamps;
 //! snapshots; determinism; scans.
 
-use waverunner_kv::store::{ERR_NON_NUMERIC, ERR_NOT_INTEGER, ERR_NOT_READ_ONLY, ERR_OVERFLOW};
+use waverunner_kv::store::{
+    ERR_NON_NUMERIC, ERR_NOT_INTEGER, ERR_NOT_READ_ONLY, ERR_OVERFLOW, ERR_TOO_LARGE,
+};
 use waverunner_kv::{Cond, Expiry, Item, KvStore, Op, Response};
 
 fn b(s: &str) -> Vec<u8> {
@@ -356,7 +358,8 @@ fn expired_keys_are_absent_for_writes() {
     assert_eq!(
         l.apply(Op::Prepend {
             key: b("m"),
-            value: b("v")
+            value: b("v"),
+            max_len: u64::MAX,
         }),
         Response::NotStored
     );
@@ -364,7 +367,8 @@ fn expired_keys_are_absent_for_writes() {
         l.apply(Op::Append {
             key: b("m"),
             value: b("v"),
-            must_exist: true
+            must_exist: true,
+            max_len: u64::MAX,
         }),
         Response::NotStored
     );
@@ -374,7 +378,8 @@ fn expired_keys_are_absent_for_writes() {
         l.apply(Op::Append {
             key: b("m"),
             value: b("v"),
-            must_exist: false
+            must_exist: false,
+            max_len: u64::MAX,
         }),
         Response::Int(1)
     );
@@ -727,10 +732,12 @@ fn append_and_prepend() {
         key: b(k),
         value: b(v),
         must_exist,
+        max_len: u64::MAX,
     };
     let prepend = |k: &str, v: &str| Op::Prepend {
         key: b(k),
         value: b(v),
+        max_len: u64::MAX,
     };
     // memcached append/prepend need the key.
     assert_eq!(l.apply(append("a", "x", true)), Response::NotStored);
@@ -759,6 +766,50 @@ fn append_and_prepend() {
     assert_eq!(l.read(ttl("f")), Response::Int(100));
     assert_eq!(l.apply(append("e", "", false)), Response::Int(0));
     assert_eq!(l.value("e"), item("", 0, 10));
+}
+
+#[test]
+fn append_and_prepend_stop_at_max_len() {
+    let mut l = Log::new(1000);
+    let append = |k: &str, v: &str, must_exist, max_len| Op::Append {
+        key: b(k),
+        value: b(v),
+        must_exist,
+        max_len,
+    };
+    let prepend = |k: &str, v: &str, max_len| Op::Prepend {
+        key: b(k),
+        value: b(v),
+        max_len,
+    };
+    let too_large = Response::Error(ERR_TOO_LARGE.into());
+    l.apply(set_full("a", "abc", 7, Expiry::None, Cond::Always, false));
+    assert_eq!(l.value("a"), item("abc", 7, 1));
+    // Exactly at the limit succeeds.
+    assert_eq!(l.apply(append("a", "de", false, 5)), Response::Int(5));
+    assert_eq!(l.value("a"), item("abcde", 7, 2));
+    assert_eq!(l.apply(prepend("a", "_", 6)), Response::Ok);
+    assert_eq!(l.value("a"), item("_abcde", 7, 3));
+    // One byte over fails and changes nothing, not even the CAS unique.
+    for must_exist in [false, true] {
+        assert_eq!(l.apply(append("a", "fg", must_exist, 7)), too_large);
+        assert_eq!(l.value("a"), item("_abcde", 7, 3));
+    }
+    assert_eq!(l.apply(prepend("a", "!", 6)), too_large);
+    assert_eq!(l.value("a"), item("_abcde", 7, 3));
+    assert_eq!(l.apply(prepend("a", "!", 0)), too_large);
+    assert_eq!(l.value("a"), item("_abcde", 7, 3));
+    // Appending nothing to a value at the limit is fine.
+    assert_eq!(l.apply(append("a", "", true, 6)), Response::Int(6));
+    assert_eq!(l.apply(prepend("a", "", 6)), Response::Ok);
+    // A Redis APPEND creating the key obeys the limit too.
+    assert_eq!(l.apply(append("n", "xyz", false, 2)), too_large);
+    assert_eq!(l.value("n"), None);
+    assert_eq!(l.apply(append("n", "xy", false, 2)), Response::Int(2));
+    assert_eq!(l.value("n").unwrap().value, b("xy"));
+    // A missing key is NotStored for memcached, whatever the limit.
+    assert_eq!(l.apply(append("m", "xyz", true, 0)), Response::NotStored);
+    assert_eq!(l.apply(prepend("m", "xyz", 0)), Response::NotStored);
 }
 
 #[test]
@@ -873,10 +924,12 @@ fn read_only_classification() {
             key: vec![],
             value: vec![],
             must_exist: false,
+            max_len: u64::MAX,
         },
         Op::Prepend {
             key: vec![],
             value: vec![],
+            max_len: u64::MAX,
         },
         Op::Touch {
             keys: vec![],
@@ -1144,6 +1197,15 @@ impl Rng {
         }
     }
 
+    /// Mostly no limit, sometimes one values run into.
+    fn max_len(&mut self) -> u64 {
+        if self.below(3) == 0 {
+            self.below(24)
+        } else {
+            u64::MAX
+        }
+    }
+
     fn keys(&mut self) -> Vec<Vec<u8>> {
         (0..self.below(4)).map(|_| self.key()).collect()
     }
@@ -1199,10 +1261,12 @@ impl Rng {
                 key: self.key(),
                 value: self.value(),
                 must_exist: self.below(2) == 0,
+                max_len: self.max_len(),
             },
             16 => Op::Prepend {
                 key: self.key(),
                 value: self.value(),
+                max_len: self.max_len(),
             },
             17 | 18 => Op::Touch {
                 keys: self.keys(),

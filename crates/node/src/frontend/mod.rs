@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use waverunner_kv::{memcache, resp};
+use waverunner_kv::{memcache, resp, Op};
 
 use crate::config::NodeConfig;
 use crate::replica::Handle;
@@ -180,10 +180,12 @@ fn redis_conn(
                             }
                             out.extend_from_slice(&r);
                         }
-                        resp::Action::Store(op, render) => match native::exec(handle, &op) {
-                            Ok(r) => out.extend_from_slice(&resp::render(&render, &r)),
-                            Err(e) => out.extend_from_slice(format!("-ERR {e}\r\n").as_bytes()),
-                        },
+                        resp::Action::Store(op, render) => {
+                            match native::exec(handle, &with_limits(op, limits)) {
+                                Ok(r) => out.extend_from_slice(&resp::render(&render, &r)),
+                                Err(e) => out.extend_from_slice(format!("-ERR {e}\r\n").as_bytes()),
+                            }
+                        }
                         resp::Action::Info => {
                             out.extend_from_slice(&resp::render_info(&info_fields(handle)))
                         }
@@ -221,6 +223,16 @@ fn redis_conn(
     }
 }
 
+/// `op` with this front-end's limits filled in: the longest value an `Append` or `Prepend`
+/// may build is `max_value`. The limit travels in the log entry, so every replica enforces the
+/// same one whatever its own configuration.
+fn with_limits(mut op: Op, limits: Limits) -> Op {
+    if let Op::Append { max_len, .. } | Op::Prepend { max_len, .. } = &mut op {
+        *max_len = limits.max_value as u64;
+    }
+    op
+}
+
 /// Bytes one RESP request may take: a few values of the largest size.
 fn max_request(limits: Limits) -> usize {
     (4 * limits.max_value).max(8 << 20)
@@ -256,7 +268,7 @@ fn memcache_conn(
                             render,
                             noreply,
                         } => {
-                            let r = match native::exec(handle, &op) {
+                            let r = match native::exec(handle, &with_limits(op, limits)) {
                                 Ok(r) => memcache::render(&render, &r),
                                 Err(e) => format!("SERVER_ERROR {e}\r\n").into_bytes(),
                             };
