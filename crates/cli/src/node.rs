@@ -69,6 +69,11 @@ pub struct NodeArgs {
     /// file's peers).
     #[arg(long = "peer")]
     peers: Vec<String>,
+    /// Join a running group: this replica is not in the initial configuration (the peers
+    /// are), so it waits to be added (`POST /membership` on the leader) and never campaigns
+    /// before it is a voter.
+    #[arg(long)]
+    join: bool,
 }
 
 /// Builds the configuration: the file's TOML table with every given flag written over it.
@@ -77,6 +82,13 @@ pub fn config_of(a: &NodeArgs) -> Result<NodeConfig, String> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            // Errors in the file are reported against its own lines; only a missing field may
+            // still come from a flag.
+            if let Err(e) = toml::from_str::<NodeConfig>(&text) {
+                if !e.message().starts_with("missing field") {
+                    return Err(format!("{}: {e}", p.display()));
+                }
+            }
             text.parse()
                 .map_err(|e| format!("{}: invalid TOML: {e}", p.display()))?
         }
@@ -106,6 +118,9 @@ pub fn config_of(a: &NodeArgs) -> Result<NodeConfig, String> {
     set("request_timeout_ms", int(a.request_timeout_ms));
     set("max_value_bytes", int(a.max_value_bytes));
     set("max_connections", int(a.max_connections));
+    if a.join {
+        set("join", Some(toml::Value::Boolean(true)));
+    }
     let listen = t
         .entry("listen")
         .or_insert_with(|| toml::Value::Table(toml::Table::new()));
