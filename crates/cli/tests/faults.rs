@@ -245,6 +245,23 @@ fn wait_follower(c: &Cluster, id: u64, timeout: Duration) -> Status {
     }
 }
 
+/// When a failover took longer than one election timeout (+50 ms), prints the survivors' last
+/// role changes: the usual cause is a split vote (both survivors pre-candidates, then
+/// candidates, in the same term).
+fn explain_slow_failover(c: &Cluster, old: u64, dt: Duration, what: &str) {
+    if dt > Duration::from_millis(ELECTION_TIMEOUT_MAX_MS + 50) {
+        println!("{what}: a new leader only after {dt:?}; the survivors' last role changes:");
+        for id in others(c, old) {
+            let log = c.logs(id);
+            let changes: Vec<&str> = log.lines().filter(|l| l.contains(" is now ")).collect();
+            println!(
+                "node {id}:\n{}",
+                changes[changes.len().saturating_sub(8)..].join("\n")
+            );
+        }
+    }
+}
+
 /// One SIGKILL of the leader under load: returns the failover time.
 fn kill_leader_once(c: &mut Cluster, round: u32) -> Duration {
     let first = c.wait_leader(WAIT);
@@ -263,15 +280,7 @@ fn kill_leader_once(c: &mut Cluster, round: u32) -> Duration {
     let t0 = Instant::now();
     c.kill(old, libc::SIGKILL);
     let (dt, new) = time_to_new_leader(c, old, &others(c, old), t0);
-    if dt > Duration::from_millis(ELECTION_TIMEOUT_MAX_MS + 50) {
-        // Slower than one election timeout: show the survivors' elections (split votes?).
-        println!(
-            "round {round}: a new leader only after {dt:?}; the survivors' last role changes:"
-        );
-        for id in others(c, old) {
-            println!("node {id}:\n{}", tail(&c.logs(id), 8));
-        }
-    }
+    explain_slow_failover(c, old, dt, &format!("round {round}"));
     // The writes go on under the new leader, then the killed replica comes back.
     std::thread::sleep(Duration::from_millis(500));
     c.restart(old);
@@ -344,6 +353,7 @@ fn sigstop_leader_then_sigcont() {
     let survivors = others(&c, old);
     let (dt, new) = time_to_new_leader(&c, old, &survivors, t0);
     let taken_over = t0.elapsed();
+    explain_slow_failover(&c, old, dt, "SIGSTOP");
     assert!(
         taken_over < Duration::from_secs(1),
         "the new leader must take over while the old one is stopped"
