@@ -172,7 +172,17 @@ pub fn membership_cmd(r: &MembershipRequest) -> Result<AdminCmd, String> {
     }
 }
 
-fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
+fn one(s: TcpStream, handle: &Handle) -> std::io::Result<()> {
+    let mut bad = false;
+    let r = serve_one(s, handle, &mut bad);
+    if bad {
+        // Bad admin requests count as bad client input, like garbage on the client ports.
+        handle.client_error();
+    }
+    r
+}
+
+fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut buf = Vec::new();
@@ -190,6 +200,7 @@ fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
         }
         buf.extend_from_slice(&tmp[..n]);
         if buf.len() > MAX_REQUEST {
+            *bad = true;
             return respond(
                 &mut s,
                 "413 Payload Too Large",
@@ -202,6 +213,15 @@ fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let mut parts = head.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" && method != "POST" {
+        *bad = true;
+        return respond(
+            &mut s,
+            "405 Method Not Allowed",
+            "text/plain",
+            "only GET and POST\n",
+        );
+    }
     match (method, path) {
         ("GET", "/metrics") => {
             let body = handle.status().prometheus();
@@ -218,6 +238,7 @@ fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
                 .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
                 .and_then(|(_, v)| v.trim().parse::<usize>().ok());
             let Some(length) = length else {
+                *bad = true;
                 return respond(
                     &mut s,
                     "411 Length Required",
@@ -226,6 +247,7 @@ fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
                 );
             };
             if length > MAX_BODY {
+                *bad = true;
                 return respond(
                     &mut s,
                     "413 Payload Too Large",
@@ -259,23 +281,31 @@ fn one(mut s: TcpStream, handle: &Handle) -> std::io::Result<()> {
             };
             let (code, answer) = match cmd {
                 Ok(cmd) => answer_of(handle.admin(cmd)),
-                Err(e) => ("400 Bad Request", AdminAnswer::failed("bad request", e)),
+                Err(e) => {
+                    *bad = true;
+                    ("400 Bad Request", AdminAnswer::failed("bad request", e))
+                }
             };
             let body = serde_json::to_string(&answer).expect("answer serializes") + "\n";
             respond(&mut s, code, "application/json", &body)
         }
         (_, "/metrics" | "/status") => {
+            *bad = true;
             respond(&mut s, "405 Method Not Allowed", "text/plain", "use GET\n")
         }
         (_, "/membership" | "/transfer-leader") => {
+            *bad = true;
             respond(&mut s, "405 Method Not Allowed", "text/plain", "use POST\n")
         }
-        _ => respond(
-            &mut s,
-            "404 Not Found",
-            "text/plain",
-            "not found: try GET /metrics, GET /status, POST /membership, POST /transfer-leader\n",
-        ),
+        _ => {
+            *bad = true;
+            respond(
+                &mut s,
+                "404 Not Found",
+                "text/plain",
+                "not found: try GET /metrics, GET /status, POST /membership, POST /transfer-leader\n",
+            )
+        }
     }
 }
 
