@@ -15,6 +15,14 @@ use common::*;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// Sends `bytes` without half-closing and reads until the server closes (or 5 s).
+fn send_and_read_open(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, bool) {
+    use std::io::Write;
+    let mut s = connect(addr, Duration::from_secs(5));
+    s.write_all(bytes).expect("write");
+    read_to_close(&mut s, Duration::from_secs(5))
+}
+
 fn cluster3(opts: Opts) -> Cluster {
     let mut c = Cluster::start(3, opts);
     c.wait_leader(WAIT);
@@ -262,6 +270,36 @@ fn redis_cli_every_command_through_every_replica() {
             &["CLIENT", "SETNAME", "has space"],
             "(error) ERR Client names cannot contain spaces, newlines or special characters.",
         );
+
+        // The other commands the front-end supports beyond the list.
+        let (sx, psx) = (k("setex"), k("psetex"));
+        on(a, &["SETEX", &sx, "100", "v"], "OK");
+        int_everywhere_in(&c, &["TTL", &sx], 95..=100);
+        on(a, &["PSETEX", &psx, "100000", "v"], "OK");
+        int_everywhere_in(&c, &["PTTL", &psx], 90_000..=100_000);
+        everywhere(&c, &["TYPE", &sx], "string");
+        everywhere(&c, &["TYPE", &nosuch], "none");
+        on(a, &["EXPIREAT", &sx, "1"], "(integer) 1");
+        everywhere(&c, &["EXISTS", &sx], "(integer) 0");
+        on(a, &["UNLINK", &psx, &nosuch], "(integer) 1");
+        everywhere(&c, &["EXISTS", &psx], "(integer) 0");
+        on(a, &["SELECT", "0"], "OK");
+        on(a, &["SELECT", "1"], "(error) ERR DB index is out of range");
+        on(
+            a,
+            &["CONFIG", "GET", "databases"],
+            "1) \"databases\"\n2) \"1\"",
+        );
+        let hello = redis(a, &["HELLO", "2"]);
+        let lines: Vec<&str> = hello.lines().map(str::trim).collect();
+        assert!(
+            lines.starts_with(&["1) \"server\"", "2) \"redis\""]),
+            "HELLO 2: {hello}"
+        );
+        // QUIT answers +OK and closes (a raw connection: redis-cli handles QUIT itself).
+        let (out, closed) = send_and_read_open(a, b"PING\r\nQUIT\r\nPING\r\n");
+        assert_eq!(out, b"+PONG\r\n+OK\r\n", "QUIT at node {w}");
+        assert!(closed, "QUIT at node {w} did not close the connection");
 
         // An unknown command.
         let got = redis(a, &["NOSUCHCMD", "a", "b"]);
