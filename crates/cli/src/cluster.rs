@@ -1,4 +1,5 @@
-//! The local cluster: `waverunner up`, `down`, `status` and `kv`.
+//! The local cluster: `waverunner up`, `down`, `status` and `kv` (and, in `member.rs`,
+//! `waverunner member add|remove`, re-exported here as [`add_member`] and [`remove_member`]).
 //!
 //! `up` writes one `node.toml` per replica under a cluster directory, starts every replica as a
 //! detached `waverunner node` process (each in its own network namespace when run as root), and
@@ -8,7 +9,8 @@
 //! Layout of a cluster directory:
 //!
 //! ```text
-//! DIR/cluster.json      what runs: mode, per replica its id, pid, namespace, addresses, paths
+//! DIR/cluster.json      what runs: mode, per replica its id, pid, namespace, addresses, paths;
+//!                       replicas removed from the group are listed apart (`removed`)
 //! DIR/n<i>/node.toml    replica i's configuration (`waverunner node --config` reads it)
 //! DIR/n<i>/node.log     replica i's standard output and error, appended across restarts
 //! DIR/n<i>/data/        replica i's log, hard state and snapshots
@@ -28,6 +30,9 @@ use clap::{Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use waverunner_node::config::{DataPlaneKind, DurabilityMode, Listen, Peer, ReadModeConfig};
 use waverunner_node::NodeConfig;
+
+#[allow(unused_imports)] // The chaos harness calls them through here.
+pub use crate::member::{add_member, remove_member};
 
 /// First port of a loopback cluster: replica i uses `P+i`, `P+100+i`, … `P+400+i`.
 pub const DEFAULT_BASE_PORT: u16 = 17000;
@@ -118,6 +123,10 @@ pub struct NodeEntry {
     pub config: PathBuf,
     /// Its log file (standard output and error).
     pub log: PathBuf,
+    /// It joined the running group (`waverunner member add`): it is not part of the group's
+    /// initial configuration.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub joined: bool,
 }
 
 /// `DIR/cluster.json`: everything `up` started, for every later command.
@@ -137,8 +146,12 @@ pub struct ClusterFile {
     pub durability: DurabilityMode,
     /// Read mode every replica was configured with.
     pub read_mode: ReadModeConfig,
-    /// The replicas, by id.
+    /// The replicas, by id: the members of the group.
     pub nodes: Vec<NodeEntry>,
+    /// Replicas removed from the group (`waverunner member remove`): stopped, never started
+    /// again, their ids never reused; `down` still cleans up after them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<NodeEntry>,
 }
 
 impl ClusterFile {
@@ -377,6 +390,7 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
                     client: Some(pa.client),
                 })
                 .collect(),
+            join: false,
         })
         .collect()
 }
@@ -399,23 +413,28 @@ fn use_netns(choice: NetnsChoice) -> Result<bool, String> {
 /// Fails with a clear message when any loopback port of the plan is taken.
 fn check_ports_free(addrs: &[NodeAddrs]) -> Result<(), String> {
     for (i, a) in addrs.iter().enumerate() {
-        let taken = |what: &str, addr: SocketAddr, e: std::io::Error| {
-            format!(
-                "cannot use {addr} ({what} of replica {}): {e}; another cluster or program uses it: \
-                 choose another --base-port, or stop the other cluster with `waverunner down`",
-                i + 1
-            )
-        };
-        for (what, addr) in [
-            ("raft", a.raft),
-            ("redis", a.redis),
-            ("memcache", a.memcache),
-            ("admin", a.admin),
-        ] {
-            TcpListener::bind(addr).map_err(|e| taken(what, addr, e))?;
-        }
-        UdpSocket::bind(a.client).map_err(|e| taken("native client", a.client, e))?;
+        check_node_ports_free(i as u64 + 1, a)?;
     }
+    Ok(())
+}
+
+/// Fails with a clear message when a loopback port of replica `id` is taken.
+pub(crate) fn check_node_ports_free(id: u64, a: &NodeAddrs) -> Result<(), String> {
+    let taken = |what: &str, addr: SocketAddr, e: std::io::Error| {
+        format!(
+            "cannot use {addr} ({what} of replica {id}): {e}; another cluster or program uses it: \
+             choose another --base-port, or stop the other cluster with `waverunner down`"
+        )
+    };
+    for (what, addr) in [
+        ("raft", a.raft),
+        ("redis", a.redis),
+        ("memcache", a.memcache),
+        ("admin", a.admin),
+    ] {
+        TcpListener::bind(addr).map_err(|e| taken(what, addr, e))?;
+    }
+    UdpSocket::bind(a.client).map_err(|e| taken("native client", a.client, e))?;
     Ok(())
 }
 
@@ -518,13 +537,13 @@ pub fn wait_exit(node: &NodeEntry, timeout: Duration) -> bool {
 }
 
 /// Start time of a process we just spawned (0 if it cannot be read).
-fn start_time_of(pid: u32) -> u64 {
+pub(crate) fn start_time_of(pid: u32) -> u64 {
     proc_state(pid).map_or(0, |(_, start)| start)
 }
 
 /// Starts one replica detached: a new session (so the terminal's signals do not reach it),
 /// stdin from /dev/null, stdout and stderr appended to its log.
-fn spawn_node(cf: &ClusterFile, node: &NodeEntry) -> Result<Child, String> {
+pub(crate) fn spawn_node(cf: &ClusterFile, node: &NodeEntry) -> Result<Child, String> {
     let mut log = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -577,9 +596,9 @@ fn spawn_node(cf: &ClusterFile, node: &NodeEntry) -> Result<Child, String> {
     })
 }
 
-/// Serializes restarts within one process (each rewrites `cluster.json`).
-#[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
-static RESTART_LOCK: Mutex<()> = Mutex::new(());
+/// Serializes restarts and membership changes within one process (each rewrites
+/// `cluster.json`).
+pub(crate) static RESTART_LOCK: Mutex<()> = Mutex::new(());
 
 /// Starts replica `id` of the cluster in `dir` again from its `node.toml` (after `kill_node`
 /// with SIGKILL, say), records its new pid and returns it.
@@ -587,6 +606,12 @@ static RESTART_LOCK: Mutex<()> = Mutex::new(());
 pub fn restart_node(dir: &Path, id: u64) -> Result<u32, String> {
     let _guard = RESTART_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let mut cf = load(dir)?;
+    if cf.removed.iter().any(|n| n.id == id) {
+        return Err(format!(
+            "replica {id} was removed from the cluster in {}; it is never started again",
+            cf.dir.display()
+        ));
+    }
     let i = cf
         .nodes
         .iter()
@@ -703,31 +728,56 @@ fn create_netns(hosts: &[(String, Ipv4Addr)]) -> Result<(), String> {
     ip(&["addr", "add", &format!("{BRIDGE_IP}/24"), "dev", BRIDGE])?;
     ip(&["link", "set", BRIDGE, "up"])?;
     for (ns, addr) in hosts {
-        debug_assert!(ns.starts_with(NAME_PREFIX));
-        ip(&["netns", "add", ns])?;
-        ip(&[
-            "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
-        ])?;
-        ip(&["link", "set", ns, "master", BRIDGE])?;
-        ip(&["link", "set", ns, "up"])?;
-        ip(&[
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{addr}/24"),
-            "dev",
-            "eth0",
-        ])?;
-        ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+        add_netns_host(ns, *addr)?;
     }
+    Ok(())
+}
+
+/// Creates namespace `ns` with address `addr` on a veth attached to the bridge (which must
+/// exist). A leftover namespace of that name without processes is replaced.
+pub(crate) fn add_netns_host(ns: &str, addr: Ipv4Addr) -> Result<(), String> {
+    debug_assert!(ns.starts_with(NAME_PREFIX));
+    if our_namespaces()?.iter().any(|n| n == ns) {
+        let pids = ip(&["netns", "pids", ns])?;
+        if !pids.trim().is_empty() {
+            return Err(format!(
+                "network namespace {ns} already exists and has processes ({})",
+                pids.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
+        }
+        ip(&["netns", "del", ns])?;
+    }
+    if our_links()?.iter().any(|l| l == ns) {
+        del_link(ns)?;
+    }
+    ip(&["netns", "add", ns])?;
+    ip(&[
+        "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
+    ])?;
+    ip(&["link", "set", ns, "master", BRIDGE])?;
+    ip(&["link", "set", ns, "up"])?;
+    ip(&[
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &format!("{addr}/24"),
+        "dev",
+        "eth0",
+    ])?;
+    ip(&["-n", ns, "link", "set", "lo", "up"])?;
+    ip(&["-n", ns, "link", "set", "eth0", "up"])?;
     Ok(())
 }
 
 /// Deletes the namespaces, veths and bridge this cluster created (those that still exist).
 fn delete_netns(cf: &ClusterFile) -> Result<(), String> {
-    let mut mine: Vec<&str> = cf.nodes.iter().filter_map(|n| n.netns.as_deref()).collect();
+    let mut mine: Vec<&str> = cf
+        .nodes
+        .iter()
+        .chain(&cf.removed)
+        .filter_map(|n| n.netns.as_deref())
+        .collect();
     mine.extend(cf.client_netns.as_deref());
     let mine: Vec<&str> = mine
         .into_iter()
@@ -847,6 +897,7 @@ pub fn up(opts: &UpOptions) -> Result<ClusterFile, String> {
         durability: opts.durability,
         read_mode: opts.read_mode,
         nodes: Vec::new(),
+        removed: Vec::new(),
     };
     // Saved before anything starts so that `down` can clean up after an `up` that died midway.
     cf.save()?;
@@ -908,6 +959,7 @@ fn start_all(
             data_dir: cfg.data_dir.clone(),
             config,
             log: ndir.join("node.log"),
+            joined: false,
         };
         let child = spawn_node(cf, &node)?;
         node.pid = child.id();
@@ -1006,14 +1058,16 @@ fn wait_for_leader_checked(
 /// Stops every replica, deletes the namespaces, veths and bridge, and removes the directory.
 /// Keeps the directory (so it can be retried) when the network cannot be removed.
 fn teardown(cf: &ClusterFile) -> Result<(), String> {
-    for n in &cf.nodes {
+    // Removed replicas were stopped when they were removed; stop them anyway, in case.
+    let all: Vec<&NodeEntry> = cf.nodes.iter().chain(&cf.removed).collect();
+    for n in all.iter().copied() {
         if kill_node(n, libc::SIGTERM)? {
             // A replica halted with SIGSTOP (chaos) handles SIGTERM only once continued.
             let _ = kill_node(n, libc::SIGCONT);
         }
     }
     let deadline = Instant::now() + TERM_GRACE;
-    for n in &cf.nodes {
+    for n in all.iter().copied() {
         if !wait_exit(n, deadline.saturating_duration_since(Instant::now())) {
             eprintln!(
                 "replica {} (pid {}) ignored SIGTERM for {} s: sending SIGKILL",
@@ -1037,6 +1091,19 @@ fn teardown(cf: &ClusterFile) -> Result<(), String> {
         }
         _ => Ok(()),
     }
+}
+
+/// Stops one replica: SIGTERM (and SIGCONT, should it be halted), then SIGKILL after
+/// [`TERM_GRACE`]. Returns whether it has exited.
+pub(crate) fn stop_node(n: &NodeEntry) -> Result<bool, String> {
+    if kill_node(n, libc::SIGTERM)? {
+        let _ = kill_node(n, libc::SIGCONT);
+    }
+    if wait_exit(n, TERM_GRACE) {
+        return Ok(true);
+    }
+    kill_node(n, libc::SIGKILL)?;
+    Ok(wait_exit(n, Duration::from_secs(2)))
 }
 
 /// Stops the cluster in `dir` and removes everything it created. Nothing to stop is not an
@@ -1289,6 +1356,8 @@ pub fn cmd_status(a: StatusArgs) -> ExitCode {
             "ROLE",
             "TERM",
             "LEADER",
+            "VOTERS",
+            "LEARNERS",
             "COMMIT",
             "APPLIED",
             "LAST",
@@ -1311,6 +1380,8 @@ pub fn cmd_status(a: StatusArgs) -> ExitCode {
                     v.role.clone(),
                     v.term.to_string(),
                     v.leader.to_string(),
+                    id_list(&v.voters),
+                    id_list(&v.learners),
                     v.commit_index.to_string(),
                     v.applied_index.to_string(),
                     v.last_index.to_string(),
@@ -1342,12 +1413,22 @@ pub fn cmd_status(a: StatusArgs) -> ExitCode {
                         dash(),
                         dash(),
                         dash(),
+                        dash(),
+                        dash(),
                         redis,
                         client,
                         dash(),
                     ]
                 }
             });
+        }
+        for n in &cf.removed {
+            let mut row: [String; 15] = std::array::from_fn(|_| "-".to_string());
+            row[0] = n.id.to_string();
+            row[1] = "removed".into();
+            row[12] = n.addresses.redis.to_string();
+            row[13] = n.addresses.client.to_string();
+            rows.push(row);
         }
         print!("{}", table(&rows));
         if !has_leader {
@@ -1361,6 +1442,14 @@ pub fn cmd_status(a: StatusArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Node ids as `1,2,3`, or `-` for none.
+fn id_list(ids: &[u64]) -> String {
+    if ids.is_empty() {
+        return "-".into();
+    }
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// Left-aligned columns, two spaces apart.
@@ -1565,8 +1654,10 @@ mod tests {
                     data_dir: node_dir(&dir, id).join("data"),
                     config: node_dir(&dir, id).join("node.toml"),
                     log: node_dir(&dir, id).join("node.log"),
+                    joined: id == 3,
                 })
                 .collect(),
+            removed: vec![],
         };
         cf.save().unwrap();
         let back = load(&dir).unwrap();
@@ -1649,6 +1740,7 @@ mod tests {
             data_dir: "/nonexistent/data".into(),
             config: "/nonexistent/node.toml".into(),
             log: "/nonexistent/node.log".into(),
+            joined: false,
         };
         assert!(!is_running(&me));
         assert_eq!(kill_node(&me, libc::SIGKILL), Ok(false));

@@ -5,6 +5,7 @@
 
 mod cluster;
 mod load;
+mod member;
 mod node;
 
 use std::ops::Range;
@@ -38,6 +39,8 @@ enum Command {
     Status(cluster::StatusArgs),
     /// Get, set, delete or increment a key in the local cluster.
     Kv(cluster::KvArgs),
+    /// Add a replica to the local cluster, or remove one (membership change under load).
+    Member(member::MemberArgs),
     /// Run a bounded workload through the native client and print throughput and latency.
     Load(load::LoadArgs),
     /// Run the deterministic simulator over a range of seeds; exits non-zero on any violation.
@@ -127,6 +130,7 @@ fn main() -> ExitCode {
         Command::Down(a) => cluster::cmd_down(a),
         Command::Status(a) => cluster::cmd_status(a),
         Command::Kv(a) => cluster::cmd_kv(a),
+        Command::Member(a) => member::cmd_member(a),
         Command::Load(a) => load::run(a),
         Command::Sim(a) => sim(a),
     }
