@@ -103,6 +103,7 @@ struct Cluster {
     base: u16,
     dir: PathBuf,
     snapshot_entries: u64,
+    durability: DurabilityMode,
     /// Ids of the initial configuration.
     initial: Vec<u64>,
     nodes: BTreeMap<u64, Option<Running>>,
@@ -121,6 +122,7 @@ impl Cluster {
             base: free_base(),
             dir,
             snapshot_entries,
+            durability: DurabilityMode::Fsync,
             initial: (1..=n).collect(),
             nodes: BTreeMap::new(),
         };
@@ -140,7 +142,7 @@ impl Cluster {
             a.admin
         ))
         .expect("config");
-        cfg.durability = DurabilityMode::Fsync;
+        cfg.durability = self.durability;
         cfg.tick_ms = TICK_MS;
         cfg.election_ticks = ELECTION_TICKS;
         cfg.snapshot_entries = self.snapshot_entries;
@@ -282,6 +284,46 @@ impl Cluster {
         });
     }
 
+    /// Waits until restarted replica `id` is a voter of `members` again, caught up and (after
+    /// losing its log) no longer recovering: a replica that lost its log votes again only
+    /// once a leader of a newer term committed an entry (the leader re-elects itself for it).
+    fn wait_member(&self, id: u64, members: &[u64]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = self.status(id);
+            let others: Vec<Status> = members
+                .iter()
+                .filter(|m| **m != id)
+                .map(|m| self.status(*m))
+                .collect();
+            let commit = others.iter().map(|o| o.commit_index).max().unwrap_or(0);
+            if s.voters == members
+                && s.role != "recovering"
+                && s.role != "starting"
+                && s.applied_index >= commit
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica {id} is not back: {:?}",
+                std::iter::once(&s)
+                    .chain(&others)
+                    .map(|s| (
+                        s.id,
+                        s.role.clone(),
+                        s.term,
+                        s.leader,
+                        s.commit_index,
+                        s.applied_index,
+                        s.voters.clone()
+                    ))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until learner `id` caught up: the leader's view of its log is within a few
     /// entries of the leader's last index, and it applied what was committed when we began.
     fn wait_caught_up(&self, id: u64, members: &[u64]) {
@@ -403,8 +445,22 @@ fn check_acked(nodes: &[SocketAddr], acked: &[(String, String)]) {
 
 #[test]
 fn grow_to_four_then_shrink_to_two_under_load() {
+    grow_then_shrink(DurabilityMode::Fsync);
+}
+
+#[test]
+fn grow_to_four_then_shrink_to_two_under_load_in_memory() {
+    grow_then_shrink(DurabilityMode::Memory);
+}
+
+fn grow_then_shrink(durability: DurabilityMode) {
     let _lock = cluster_lock();
-    let mut c = Cluster::new("grow-shrink", 3, 200);
+    let mut c = Cluster::new("grow-shrink", 0, 200);
+    c.durability = durability;
+    c.initial = vec![1, 2, 3];
+    for id in 1..=3 {
+        c.start(id, false);
+    }
     let l0 = c.leader(&[1, 2, 3]);
     let writers = Writers::start(4, c.client_addrs(&[1, 2, 3]));
     // Enough writes that the log is compacted: the new member must catch up from a snapshot.
@@ -607,8 +663,24 @@ fn refusals_name_their_reason() {
 
 #[test]
 fn joined_members_and_initial_members_survive_restarts() {
+    survive_restarts(DurabilityMode::Fsync);
+}
+
+/// With durability `memory` a restarted replica has lost its log: it learns everything again
+/// from the leader, its configuration included (replayed on top of the initial one).
+#[test]
+fn joined_members_and_initial_members_survive_restarts_without_their_logs() {
+    survive_restarts(DurabilityMode::Memory);
+}
+
+fn survive_restarts(durability: DurabilityMode) {
     let _lock = cluster_lock();
-    let mut c = Cluster::new("restarts", 3, 10_000);
+    let mut c = Cluster::new("restarts", 0, 10_000);
+    c.durability = durability;
+    c.initial = vec![1, 2, 3];
+    for id in 1..=3 {
+        c.start(id, false);
+    }
     let all = [1, 2, 3];
     c.leader(&all);
     let mut k = Client::connect(&c.client_addrs(&all)).unwrap();
@@ -630,21 +702,20 @@ fn joined_members_and_initial_members_survive_restarts() {
     // log says it is a voter) and votes again.
     c.stop(4);
     c.start(4, true);
-    wait_until("4 is a voter again", 10_000, || {
-        let s = c.status(4);
-        s.voters == now && s.applied_index >= c.status(c.leader(&[2, 3])).commit_index
-    });
+    c.wait_member(4, &now);
     // An initial member restarts: its configuration knows 1, 2, 3; its log teaches it 4's
     // address and that 1 is gone.
     c.stop(2);
     c.start(2, false);
-    wait_until("2 knows 4 and forgets 1", 10_000, || {
-        let s = c.status(2);
-        s.voters == now
-            && s.members
-                .iter()
-                .any(|m| m.id == 4 && m.raft == addrs(c.base, 4).raft.to_string())
-    });
+    c.wait_member(2, &now);
+    let s = c.status(2);
+    assert!(
+        s.members
+            .iter()
+            .any(|m| m.id == 4 && m.raft == addrs(c.base, 4).raft.to_string()),
+        "2 knows 4's address: {:?}",
+        s.members
+    );
     // Make 4 lead: it must reach 2 and 3 (it knows 2 and 3 from its configuration), and
     // 2 and 3 must answer it (they know its address from the log).
     let l = c.leader(&now);
