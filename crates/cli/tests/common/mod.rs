@@ -172,6 +172,30 @@ pub fn unique_dir(what: &str) -> PathBuf {
     d
 }
 
+/// Removes the directories of clusters whose test process died without cleaning up (killed
+/// by a timeout, say): named `waverunner-itest-cluster-PID-…` with no process PID, and
+/// holding this harness's node logs.
+fn remove_stale_dirs() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("waverunner-itest-cluster-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = fs::read_to_string(e.path().join("node1.log"))
+            .is_ok_and(|l| l.starts_with("==== harness: start"));
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// Takes the machine-wide cluster lock (blocks until no other test cluster runs).
 fn cluster_lock() -> File {
     let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
@@ -271,6 +295,7 @@ impl Cluster {
     pub fn start(n: usize, opts: Opts) -> Cluster {
         assert!((1..=7).contains(&n), "1..=7 replicas");
         let mut lock = Some(cluster_lock());
+        remove_stale_dirs();
         for attempt in 1..=5 {
             let dir = unique_dir("cluster");
             let base = pick_ports(PORTS_PER_NODE * n as u16);
