@@ -5,6 +5,7 @@
 pub mod check;
 pub mod history;
 pub mod net;
+pub mod workload;
 
 pub use check::{build_checker, check, check_with, Verdict};
 pub use history::{read_history, HistoryWriter, Input, Operation, Outcome, Output};

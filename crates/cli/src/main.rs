@@ -3,10 +3,12 @@
 //! `node` runs one replica; `sim` runs the deterministic simulator. Chaos and bench come with
 //! the issues that build them.
 
+mod chaos;
 mod cluster;
 mod load;
 mod member;
 mod node;
+mod timeline;
 
 use std::ops::Range;
 use std::process::ExitCode;
@@ -45,6 +47,11 @@ enum Command {
     Load(load::LoadArgs),
     /// Run the deterministic simulator over a range of seeds; exits non-zero on any violation.
     Sim(SimArgs),
+    /// Run a cluster under a seeded fault schedule and check the clients' history for
+    /// linearizability; exits non-zero on any anomaly.
+    Chaos(chaos::ChaosArgs),
+    /// Throughput per 100 ms while the leader is halted or the cluster reconfigured (CSV + PNG).
+    Timeline(timeline::TimelineArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -133,6 +140,8 @@ fn main() -> ExitCode {
         Command::Member(a) => member::cmd_member(a),
         Command::Load(a) => load::run(a),
         Command::Sim(a) => sim(a),
+        Command::Chaos(a) => chaos::run(a),
+        Command::Timeline(a) => timeline::run(a),
     }
 }
 
