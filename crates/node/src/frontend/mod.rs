@@ -72,11 +72,14 @@ pub fn serve_tcp(
             let _ = s.write_all(msg);
             continue;
         }
-        open.fetch_add(1, Ordering::Relaxed);
-        let (h, o, st) = (handle.clone(), open.clone(), stop.clone());
-        let spawned = std::thread::Builder::new()
+        // The slot is given back when the guard drops: also if the connection thread panics
+        // or cannot be spawned.
+        let slot = Slot::take(&open);
+        let (h, st) = (handle.clone(), stop.clone());
+        let _ = std::thread::Builder::new()
             .name(format!("{proto:?}-conn").to_lowercase())
             .spawn(move || {
+                let _slot = slot;
                 let _ = s.set_nodelay(true);
                 let r = match proto {
                     Protocol::Redis => redis_conn(&mut s, &h, limits, &st),
@@ -85,11 +88,23 @@ pub fn serve_tcp(
                 if let Err(e) = r {
                     tracing::debug!("client connection closed: {e}");
                 }
-                o.fetch_sub(1, Ordering::Relaxed);
             });
-        if spawned.is_err() {
-            open.fetch_sub(1, Ordering::Relaxed);
-        }
+    }
+}
+
+/// One of `max_connections` connection slots, held while a connection is served.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(open: &Arc<AtomicUsize>) -> Slot {
+        open.fetch_add(1, Ordering::Relaxed);
+        Slot(open.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
