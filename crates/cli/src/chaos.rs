@@ -36,8 +36,8 @@ use crate::cluster::{self, ClusterFile, DurabilityArg, NetnsChoice, ReadModeArg,
 /// the lost-write check compares every acknowledged write against.
 pub const FINAL_READER: u64 = 1_000_000;
 
-/// How long one fault lasts, and one healed phase: uniform in this range (ms).
-const PHASE_MS: (u64, u64) = (1_000, 5_000);
+/// How long one fault lasts, and one healed phase: uniform in this range (ms), by default.
+pub const PHASE_MS: (u64, u64) = (1_000, 5_000);
 /// How long a `restart` keeps the replica down before starting it again (ms).
 const RESTART_PAUSE_MS: (u64, u64) = (100, 1_000);
 /// How long, after the faults healed, the cluster has to elect a leader.
@@ -149,6 +149,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(ms))
 }
 
+/// `MIN..MAX` milliseconds (MIN ≥ 100, MIN ≤ MAX).
+pub fn parse_phase(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("`{s}`: write the phase length as MIN..MAX milliseconds, e.g. 1000..5000");
+    let (a, b) = s.split_once("..").ok_or_else(bad)?;
+    let (a, b): (u64, u64) = (
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    );
+    if a < 100 || b < a {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
 fn parse_nodes(s: &str) -> Result<u64, String> {
     match s.trim() {
         "3" => Ok(3),
@@ -206,6 +220,9 @@ pub struct ChaosArgs {
     /// First port on loopback (without root): replica i uses P+i, P+100+i, … P+400+i.
     #[arg(long, default_value_t = 19_000)]
     pub base_port: u16,
+    /// Length of each fault and of each healed phase between faults: uniform in MIN..MAX ms.
+    #[arg(long, default_value = "1000..5000", value_parser = parse_phase)]
+    pub phase_ms: (u64, u64),
     /// Pause of each client between two operations, in ms (0: closed loop at full speed).
     #[arg(long, default_value_t = 2)]
     pub think_ms: u64,
@@ -578,6 +595,10 @@ pub struct Scheduler<'a> {
     durability: DurabilityMode,
     faults: Vec<FaultKind>,
     rng: Rng,
+    /// Kinds left in this round.
+    deck: Vec<FaultKind>,
+    /// Range of a phase's length, ms.
+    phase_ms: (u64, u64),
     clock: &'a HistoryWriter,
     stop: &'a AtomicBool,
     targets: &'a Targets,
@@ -610,6 +631,8 @@ impl<'a> Scheduler<'a> {
             durability,
             faults,
             rng: Rng::new(seed ^ 0x5EED_FA17),
+            deck: Vec::new(),
+            phase_ms: PHASE_MS,
             clock,
             stop,
             targets,
@@ -619,6 +642,11 @@ impl<'a> Scheduler<'a> {
             errors: Vec::new(),
             log,
         }
+    }
+
+    /// Sets the range of a phase's length (ms).
+    pub fn phases(&mut self, lo_ms: u64, hi_ms: u64) {
+        self.phase_ms = (lo_ms.max(100), hi_ms.max(lo_ms.max(100)));
     }
 
     fn note(&mut self, what: String) {
@@ -686,12 +714,27 @@ impl<'a> Scheduler<'a> {
             .join(", ")
     }
 
+    /// The next kind of fault: every kind once per round, in a seeded random order, so a short
+    /// run still sees each of them.
+    fn next_kind(&mut self) -> FaultKind {
+        if self.deck.is_empty() {
+            self.deck = self.faults.clone();
+            // Fisher-Yates with the seeded generator.
+            for i in (1..self.deck.len()).rev() {
+                let j = self.rng.below(i as u64 + 1) as usize;
+                self.deck.swap(i, j);
+            }
+        }
+        self.deck.pop().unwrap_or(FaultKind::Pause)
+    }
+
     /// Runs fault phases until `until` (µs on the history's clock) or `stop`.
     pub fn run_until(&mut self, until_us: u64) {
         while !self.stop.load(Ordering::Relaxed) && self.clock.now_us() < until_us {
-            let kind = *self.rng.pick(&self.faults);
-            let hold = Duration::from_millis(self.rng.range(PHASE_MS.0, PHASE_MS.1));
-            let quiet = Duration::from_millis(self.rng.range(PHASE_MS.0, PHASE_MS.1));
+            let kind = self.next_kind();
+            let (lo, hi) = self.phase_ms;
+            let hold = Duration::from_millis(self.rng.range(lo, hi));
+            let quiet = Duration::from_millis(self.rng.range(lo, hi));
             let start = self.clock.now_us();
             let active = match self.inject(kind) {
                 Ok(a) => a,
@@ -1222,11 +1265,13 @@ fn check_only(history: &Path, a: &ChaosArgs) -> ExitCode {
 /// The command that runs the same schedule again.
 fn replay_command(a: &ChaosArgs, seed: u64, faults: &[FaultKind], dir: &Path) -> String {
     format!(
-        "waverunner chaos --nodes {} --duration {}ms --clients {} --faults {} --dataplane off --durability {} --read-mode {} --think-ms {} --seed {seed} --dir {}",
+        "waverunner chaos --nodes {} --duration {}ms --clients {} --faults {} --phase-ms {}..{} --dataplane off --durability {} --read-mode {} --think-ms {} --seed {seed} --dir {}",
         a.nodes,
         a.duration.as_millis(),
         a.clients,
         faults.iter().map(|f| f.name()).collect::<Vec<_>>().join(","),
+        a.phase_ms.0,
+        a.phase_ms.1,
         durability_name(a.durability),
         read_mode_name(a.read_mode),
         a.think_ms,
@@ -1326,6 +1371,7 @@ fn run_inner(a: &ChaosArgs) -> Result<ExitCode, String> {
         &targets,
         schedule_log,
     );
+    sched.phases(a.phase_ms.0, a.phase_ms.1);
     let run_us = a.duration.as_micros() as u64;
     std::thread::scope(|s| {
         s.spawn(|| workload::run(&wcfg, &targets, &history, &clients_stop, &counts));
