@@ -187,15 +187,38 @@ fn run_one(name: &str, o: &Opts) -> Result<(), String> {
                 }
             }
             (_, Some(l)) => {
+                // A follower: the one furthest behind, so that the voters left are caught up
+                // (the leader refuses a removal that would leave a lagging majority).
                 let victim = if o.remove == RemoveArg::Leader {
                     l
                 } else {
-                    cf.nodes.iter().map(|n| n.id).find(|&i| i != l).unwrap_or(l)
+                    cf.nodes
+                        .iter()
+                        .filter(|n| n.id != l)
+                        .map(|n| {
+                            let applied =
+                                cluster::fetch_status(n.addresses.admin, Duration::from_secs(1))
+                                    .map_or(0, |(v, _)| v.applied_index);
+                            (applied, n.id)
+                        })
+                        .min()
+                        .map_or(l, |(_, id)| id)
                 };
                 let t = history.now_us();
-                match chaos::member::remove(&cluster_dir, victim) {
+                // Under full load the other follower may lag a moment: retry for a few seconds.
+                let mut removed = chaos::member::remove(&cluster_dir, victim);
+                while removed
+                    .as_ref()
+                    .is_err_and(|e| e.contains("would lose quorum"))
+                    && history.now_us() < t + 5_000_000
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                    removed = chaos::member::remove(&cluster_dir, victim);
+                }
+                match removed {
                     Ok(()) => {
-                        events.push((t, format!("n{victim} removed: 3 -> 2 replicas")));
+                        let role = if victim == l { "leader" } else { "follower" };
+                        events.push((t, format!("{role} n{victim} removed: 3 -> 2 replicas")));
                         if let Ok(cf) = cluster::load(&cluster_dir) {
                             targets.set(
                                 cf.client_addrs(),
