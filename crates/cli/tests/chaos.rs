@@ -162,7 +162,7 @@ fn short_run_with_every_fault_passes() {
         &[
             "chaos",
             "--duration",
-            "25s",
+            "30s",
             "--faults",
             &faults_arg,
             "--seed",
