@@ -480,9 +480,16 @@ impl<S: StateMachine> Replica<S> {
         'outer: loop {
             let now = Instant::now();
             if now >= next_tick {
-                self.on_tick();
-                next_tick += tick;
-                if next_tick < now {
+                // Every tick that elapsed counts, also those missed while the process was
+                // stopped or starved: a leader's lease and a follower's election timer follow
+                // real time, so a paused leader's lease has expired before it serves again.
+                let missed = (now - next_tick).as_nanos() / tick.as_nanos().max(1);
+                // Two election timeouts expire every timer; more would only repeat heartbeats.
+                let cap = 2 * u64::from(self.cfg.election_ticks) + 1;
+                let ticks = (missed as u64 + 1).min(cap);
+                self.on_tick(ticks);
+                next_tick += tick * (missed as u32).saturating_add(1);
+                if next_tick <= now {
                     next_tick = now + tick;
                 }
             }
@@ -820,8 +827,11 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    fn on_tick(&mut self) {
-        self.raft.tick();
+    fn on_tick(&mut self, ticks: u64) {
+        debug_assert!(ticks >= 1);
+        for _ in 0..ticks {
+            self.raft.tick();
+        }
         let now = Instant::now();
         let expired: Vec<u64> = self
             .requests
