@@ -26,8 +26,6 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_waverunner");
 
@@ -82,46 +80,8 @@ impl Opts {
     }
 }
 
-/// `/status` of a replica (the fields the tests use).
-#[derive(Clone, Debug, Deserialize)]
-pub struct Status {
-    pub id: u64,
-    pub role: String,
-    pub term: u64,
-    pub leader: u64,
-    pub commit_index: u64,
-    pub applied_index: u64,
-    pub last_index: u64,
-    pub first_index: u64,
-    pub voters: Vec<u64>,
-    pub durability: String,
-    pub read_mode: String,
-    pub keys: u64,
-    pub digest: u64,
-    pub counters: Counters,
-}
-
-/// The counters of `/status`.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Counters {
-    pub requests: u64,
-    pub proposals: u64,
-    pub forwarded: u64,
-    pub applied_entries: u64,
-    pub answered: u64,
-    pub timeouts: u64,
-    pub busy: u64,
-    pub duplicates: u64,
-    pub elections: u64,
-    pub leader_elected: u64,
-    pub snapshots_taken: u64,
-    pub snapshots_installed: u64,
-    pub fsyncs: u64,
-    pub messages_rejected: u64,
-    pub frames_rejected: u64,
-    pub frames_dropped: u64,
-    pub client_errors: u64,
-}
+/// `/status` of a replica: the replica's own type.
+pub use waverunner_node::metrics::Status;
 
 struct Node {
     id: u64,
