@@ -4,154 +4,14 @@
 //! Every test stops its cluster with `waverunner down` from a guard's `Drop`, so a failed
 //! assertion never leaves replicas or namespaces behind.
 
-use std::fs::{self, File, OpenOptions};
+mod cli_harness;
+use cli_harness::*;
+use std::fs;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_waverunner");
-
-/// No command of these tests should take this long (`up` gives up on a leader after 15 s).
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Runs the binary with `args`, killing it if it hangs.
-fn run(args: &[&str]) -> Output {
-    run_cmd(Command::new(BIN).args(args))
-}
-
-fn run_cmd(cmd: &mut Command) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    // Read both pipes on threads so a chatty command cannot block on a full pipe.
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let o = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let e = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{cmd:?} did not finish within {COMMAND_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: o.join().expect("stdout reader"),
-        stderr: e.join().expect("stderr reader"),
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Runs the binary and asserts it succeeds; returns its standard output.
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "waverunner {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-/// Runs `waverunner down --dir DIR` when dropped, also while a test panics.
-struct Down(PathBuf);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let out = run(&["down", "--dir", &self.0.display().to_string()]);
-        if !out.status.success() {
-            eprintln!(
-                "cleanup: waverunner down --dir {} failed: {}",
-                self.0.display(),
-                text(&out.stderr)
-            );
-        }
-    }
-}
-
-/// A fresh directory path (not created) under the temporary directory.
-fn unique_dir(what: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    std::env::temp_dir().join(format!(
-        "waverunner-cluster-test-{what}-{}-{nanos}",
-        std::process::id()
-    ))
-}
-
-/// The machine-wide lock that integration-test clusters hold for their life (shared with the
-/// other test binaries' harness): one cluster at a time keeps timing-sensitive tests honest.
-fn cluster_lock() -> File {
-    use std::os::unix::io::AsRawFd;
-    let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
-    // flock works on a read-only descriptor too (the file may belong to another user).
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .or_else(|_| File::open(&path))
-        .unwrap_or_else(|e| panic!("open the cluster lock file {}: {e}", path.display()));
-    loop {
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return f;
-        }
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "flock: {e}");
-    }
-}
-
-/// A base port P whose cluster ports (P+i … P+400+i for 3 replicas) are all free, in
-/// 20000..32000 (below the kernel's usual ephemeral range).
-fn free_base_port() -> u16 {
-    let mut x = u64::from(std::process::id())
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-    for _ in 0..200 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let base = 20_000 + ((x >> 33) % 11_500) as u16;
-        let free = (1..=3u16).all(|i| {
-            (0..5u16).all(|k| {
-                let p = base + 100 * k + i;
-                TcpListener::bind(("127.0.0.1", p)).is_ok()
-                    && UdpSocket::bind(("127.0.0.1", p)).is_ok()
-            })
-        });
-        if free {
-            return base;
-        }
-    }
-    panic!("no free port range found in 20000..32000");
-}
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 /// Process ids recorded in DIR/cluster.json.
 fn pids(dir: &Path) -> Vec<u32> {
@@ -163,18 +23,6 @@ fn pids(dir: &Path) -> Vec<u32> {
         .iter()
         .map(|n| n["pid"].as_u64().expect("pid") as u32)
         .collect()
-}
-
-/// Whether `pid` is a live process (not gone, not a zombie).
-fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
 }
 
 /// `status` exits 0 and shows `nodes` rows with exactly one leader.
@@ -201,7 +49,10 @@ fn check_down(dir: &Path, pids: &[u32]) {
     assert!(out.contains("stopped 3 replicas"), "{out}");
     assert!(!dir.exists(), "{d} is removed");
     for &pid in pids {
-        assert!(!alive(pid), "replica pid {pid} is dead after down");
+        assert!(
+            !alive(u64::from(pid)),
+            "replica pid {pid} is dead after down"
+        );
     }
     let again = ok(&["down", "--dir", &d]);
     assert!(again.contains("nothing to stop"), "{again}");
@@ -220,7 +71,7 @@ fn loopback_cluster_up_status_kv_down() {
     let dir = unique_dir("loopback");
     let d = dir.display().to_string();
     let _down = Down(dir.clone());
-    let base = free_base_port();
+    let base = free_base_port(3);
     let up = ok(&[
         "up",
         "--nodes",
@@ -274,7 +125,7 @@ fn loopback_cluster_up_status_kv_down() {
 
     let pids = pids(&dir);
     assert_eq!(pids.len(), 3);
-    assert!(pids.iter().all(|&p| alive(p)));
+    assert!(pids.iter().all(|&p| alive(u64::from(p))));
     check_down(&dir, &pids);
 }
 

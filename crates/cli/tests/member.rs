@@ -4,161 +4,14 @@
 //!
 //! It takes the machine-wide lock of the other real-process tests: one cluster at a time.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Read;
-use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_waverunner");
-
-/// No command of this test should take this long.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
-
-fn run(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let o = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let e = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{cmd:?} did not finish within {COMMAND_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: o.join().expect("stdout reader"),
-        stderr: e.join().expect("stderr reader"),
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "waverunner {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-/// Runs `waverunner down --dir DIR` when dropped, also while the test panics.
-struct Down(PathBuf);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let out = run(&["down", "--dir", &self.0.display().to_string()]);
-        if !out.status.success() {
-            eprintln!(
-                "cleanup: waverunner down --dir {} failed: {}",
-                self.0.display(),
-                text(&out.stderr)
-            );
-        }
-    }
-}
-
-fn unique_dir(what: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    std::env::temp_dir().join(format!(
-        "waverunner-member-test-{what}-{}-{nanos}",
-        std::process::id()
-    ))
-}
-
-/// The machine-wide lock that integration-test clusters hold for their life.
-fn cluster_lock() -> File {
-    use std::os::unix::io::AsRawFd;
-    let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .or_else(|_| File::open(&path))
-        .unwrap_or_else(|e| panic!("open the cluster lock file {}: {e}", path.display()));
-    loop {
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return f;
-        }
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "flock: {e}");
-    }
-}
-
-/// A base port P whose cluster ports (P+i … P+400+i for replicas 1..=4) are all free, in
-/// 20000..32000 (below the kernel's usual ephemeral range).
-fn free_base_port() -> u16 {
-    let mut x = u64::from(std::process::id())
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-    for _ in 0..200 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let base = 20_000 + ((x >> 33) % 11_500) as u16;
-        let free = (1..=4u16).all(|i| {
-            (0..5u16).all(|k| {
-                let p = base + 100 * k + i;
-                TcpListener::bind(("127.0.0.1", p)).is_ok()
-                    && UdpSocket::bind(("127.0.0.1", p)).is_ok()
-            })
-        });
-        if free {
-            return base;
-        }
-    }
-    panic!("no free port range found in 20000..32000");
-}
+mod cli_harness;
+use cli_harness::*;
+use std::fs;
+use std::path::Path;
 
 fn cluster_json(dir: &Path) -> serde_json::Value {
     let text = fs::read_to_string(dir.join("cluster.json")).expect("cluster.json exists");
     serde_json::from_str(&text).expect("cluster.json is JSON")
-}
-
-fn alive(pid: u64) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
 }
 
 /// `status` rows by id: (role, voters column).
@@ -206,7 +59,7 @@ fn member_add_then_remove_on_loopback() {
     let dir = unique_dir("loopback");
     let d = dir.display().to_string();
     let _down = Down(dir.clone());
-    let base = free_base_port();
+    let base = free_base_port(4);
     ok(&[
         "up",
         "--nodes",
