@@ -1,0 +1,268 @@
+//! Waverunner's data planes (DESIGN §2, §3; `docs/dataplane.md`).
+//!
+//! A data plane runs the fast-path handler of `waverunner-fastpath` (the paper's Figure 4) on
+//! every fast-path packet that reaches the replica's fast-path UDP port, and hands the replica
+//! what it did through a bounded **log ring** of [`RingRecord`]s:
+//!
+//! - [`xdp::XdpDataPlane`]: the handler inside an XDP program attached to the replica's
+//!   interface (`bpf/`), registers in a memory-mapped BPF global, the ring a BPF ring buffer.
+//! - [`udp::UdpDataPlane`]: the same C handler in a dedicated thread with batched,
+//!   busy-polling UDP I/O, for hosts without XDP.
+//!
+//! Both speak the same wire format and interoperate in one cluster. The replica (crate
+//! `waverunner-node`) drives either through the [`DataPlane`] trait and never touches the
+//! handler itself.
+
+#![deny(missing_docs)]
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+
+use waverunner_fastpath as fp;
+
+pub mod udp;
+pub mod xdp;
+
+/// Records the ring holds at most. A data plane whose ring is full drops the input packet
+/// *before* the handler runs (counted in [`Counters::ring_full`]), so nothing is handled that
+/// the host cannot see; Raft treats it as a lost packet.
+pub const RING_CAPACITY: usize = 4096;
+
+/// Offset of the leader's clock (`now_ms`, u64 little-endian) in a client request's payload
+/// when the payload is an entry envelope (first byte [`ENVELOPE_TAG`]): 1 tag byte + origin,
+/// req, client, seq (4 × 8 bytes). The leader's data plane stamps it when it orders the
+/// request, so TTLs are fixed by the leader's clock in the entry, as in software.
+pub const STAMP_OFFSET: usize = 33;
+/// First byte of an entry envelope (`waverunner_node::sm::Envelope`, version 1).
+pub const ENVELOPE_TAG: u8 = 1;
+
+/// One record of the log ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RingRecord {
+    /// The data plane appended an entry.
+    Entry(RingEntry),
+    /// The data plane's commit index advanced to `index`.
+    Commit {
+        /// The new commit index.
+        index: u64,
+        /// The data plane itself sent the client reply of the entry at `index` (a blind
+        /// write committed by the quorum-completing acknowledgement). The host must not
+        /// answer that entry again: every acknowledged write gets exactly one reply.
+        replied: bool,
+    },
+}
+
+/// An entry the data plane appended (`FP_ACT_RING_ENTRY`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingEntry {
+    /// Its log index.
+    pub index: u64,
+    /// Its term (the enabled term).
+    pub term: u64,
+    /// The input header's flags (`fp::F_BLIND_WRITE`, `fp::F_HEARTBEAT`).
+    pub flags: u16,
+    /// The input header's `from`: the client id at the leader, the leader's id at a follower.
+    pub from: u64,
+    /// The input header's `seq`.
+    pub seq: u64,
+    /// Leader only: the IPv4 source of the client request (where its reply goes); `None` at
+    /// a follower and for requests the host pushed itself.
+    pub source: Option<SocketAddrV4>,
+    /// The entry's data: the request payload (stamped, see [`STAMP_OFFSET`]).
+    pub payload: Vec<u8>,
+}
+
+/// Data-plane counters, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Fast-path packets the handler ran on (enabled, not punted).
+    pub handled: u64,
+    /// Packets passed to the host untouched (disabled, not ours to handle, deviations).
+    pub punted: u64,
+    /// Packets dropped (duplicates, gaps, stale acks, acks that commit nothing).
+    pub dropped: u64,
+    /// Retransmission requests a follower sent.
+    pub retx_requests: u64,
+    /// Client replies the data plane generated itself.
+    pub client_replies: u64,
+    /// Packets dropped because the ring was full.
+    pub ring_full: u64,
+    /// Times the handler halted (cleared its enable flag).
+    pub halts: u64,
+    /// Packets on the fast-path port that are not valid fast-path packets (given to the host).
+    pub malformed: u64,
+}
+
+/// Replication latency as the data plane measures it at the leader: from receipt of a client
+/// request to the acknowledgement that completed its majority. Log-linear buckets: bucket `b`
+/// holds values `v` (nanoseconds) with [`bucket_of`]`(v) == b`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LatencyHistogram {
+    /// Counts per bucket ([`HIST_BUCKETS`] of them).
+    pub buckets: Vec<u64>,
+}
+
+/// Number of latency buckets: 4 sub-buckets per power of two, the last one open (≥ 2^40 ns).
+pub const HIST_BUCKETS: usize = 160;
+
+/// The bucket of a latency of `ns` nanoseconds: `4·(floor(log2 ns) − 1)` plus the two bits
+/// below the leading one, for `ns ≥ 8`; values below 8 go to bucket `ns`. Mirrored in the BPF
+/// program.
+pub fn bucket_of(ns: u64) -> usize {
+    if ns < 8 {
+        return ns as usize;
+    }
+    let log = 63 - ns.leading_zeros() as u64; // ≥ 3
+    let sub = (ns >> (log - 2)) & 3;
+    ((4 * (log - 1) + sub) as usize).min(HIST_BUCKETS - 1)
+}
+
+/// The smallest value of bucket `b` (nanoseconds).
+pub fn bucket_floor(b: usize) -> u64 {
+    if b < 8 {
+        return b as u64;
+    }
+    let log = (b / 4 + 1) as u64;
+    let sub = (b % 4) as u64;
+    (1u64 << log) | (sub << (log - 2))
+}
+
+impl LatencyHistogram {
+    /// Observations in total.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The `q`-quantile (0..=1) as the floor of its bucket, in nanoseconds; 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        let n = self.count();
+        if n == 0 {
+            return 0;
+        }
+        let want = ((q * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (b, c) in self.buckets.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return bucket_floor(b);
+            }
+        }
+        0
+    }
+}
+
+/// Where a data plane lives and what it serves.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This replica's node id.
+    pub self_id: u64,
+    /// The replication group id on the wire (header `group_id`).
+    pub group_id: u32,
+    /// The fast-path UDP address (also where native clients send requests). Its IP must be
+    /// an address of `interface` for `xdp`.
+    pub bind: SocketAddrV4,
+    /// `xdp`: the interface to attach to (the one that holds `bind`'s IP).
+    pub interface: Option<String>,
+    /// `xdp`: the IPv4 multicast group the leader sends appends to (every replica's interface
+    /// is on one L2 segment that floods it). `udp`: joined, so a `udp` follower receives an
+    /// `xdp` leader's appends.
+    pub multicast: Option<Ipv4Addr>,
+    /// Body of the reply the data plane sends itself for a committed blind write, after the
+    /// `status u8 = 0 | leader u64` prefix the data plane writes (the native protocol's
+    /// encoded OK response). Empty disables data-plane client replies (the host answers).
+    pub blind_reply_body: Vec<u8>,
+}
+
+/// What the data plane calls back into its host with. Both run on a data-plane thread and
+/// must not block.
+#[derive(Clone)]
+pub struct Hooks {
+    /// Records are waiting on the ring (coalesced: called at least once after records appear).
+    pub wake: Arc<dyn Fn() + Send + Sync>,
+    /// A packet on the fast-path port for the host: the handler passed it up (`TO_HOST`), the
+    /// data plane was disabled, or it is not a valid fast-path packet. (source, UDP payload).
+    pub host_packet: Arc<dyn Fn(SocketAddr, &[u8]) + Send + Sync>,
+}
+
+/// A data plane as the replica drives it (DESIGN §3; the hand-off is `docs/handoff.md`).
+pub trait DataPlane: Send {
+    /// `"xdp"` or `"udp"`.
+    fn kind(&self) -> &'static str;
+
+    /// Loads `regs` (which have `enabled = 1`) and turns the data plane on. `peers` are the
+    /// fast-path addresses of the other voters (unicast fan-out, and where acks go). The ring
+    /// must be empty (the host drained it at the last disable).
+    fn enable(&mut self, regs: &fp::Registers, peers: &[(u64, SocketAddrV4)]) -> io::Result<()>;
+
+    /// Clears the enable flag, waits until no handler invocation is in flight, and returns
+    /// the registers as the data plane left them (with `enabled = 0`). Records still on the
+    /// ring are returned by the following [`DataPlane::drain`] calls; after that no further
+    /// record appears until the next enable.
+    fn disable(&mut self) -> fp::Registers;
+
+    /// Moves every record currently on the ring to `out`, in ring order. Never blocks.
+    fn drain(&mut self, out: &mut Vec<RingRecord>);
+
+    /// Runs a fast-path packet (a whole UDP payload: header + payload) through the handler as
+    /// if it had arrived from this replica's own fast-path address: the leader pushes requests
+    /// of its other front-ends, idle heartbeats, and (fsync) its own deferred acks this way.
+    fn push(&mut self, pkt: &[u8]) -> io::Result<()>;
+
+    /// Sends a UDP payload from the fast-path port to `to`, bypassing the handler (host
+    /// replies, retransmissions, deferred acks, forwards).
+    fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()>;
+
+    /// The registers right now (a racy copy while enabled: for status only).
+    fn registers(&self) -> fp::Registers;
+
+    /// Counters summed over CPUs.
+    fn counters(&self) -> Counters;
+
+    /// Replication latency measured by the data plane (leader).
+    fn latency(&self) -> LatencyHistogram;
+}
+
+/// Writes the leader's clock into a client request's payload if it is an entry envelope
+/// (see [`STAMP_OFFSET`]).
+pub fn stamp(payload: &mut [u8], now_ms: u64) {
+    if payload.len() >= STAMP_OFFSET + 8 && payload[0] == ENVELOPE_TAG {
+        payload[STAMP_OFFSET..STAMP_OFFSET + 8].copy_from_slice(&now_ms.to_le_bytes());
+    }
+}
+
+/// Milliseconds since the Unix epoch by the local clock.
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_floors_round_trip() {
+        let mut last = 0;
+        for v in [0u64, 1, 3, 4, 5, 7, 8, 100, 1_000, 9_000, 1 << 20, u64::MAX] {
+            let b = bucket_of(v);
+            assert!(b >= last, "bucket of {v}");
+            last = b;
+            assert!(bucket_floor(b) <= v, "floor of bucket {b} ≤ {v}");
+        }
+        for b in 0..HIST_BUCKETS {
+            assert_eq!(bucket_of(bucket_floor(b)), b, "bucket {b}");
+        }
+    }
+
+    #[test]
+    fn stamp_only_envelopes() {
+        let mut p = vec![0u8; 41];
+        stamp(&mut p, 7);
+        assert_eq!(p, vec![0u8; 41]);
+        p[0] = ENVELOPE_TAG;
+        stamp(&mut p, 7);
+        assert_eq!(&p[33..41], &7u64.to_le_bytes());
+    }
+}

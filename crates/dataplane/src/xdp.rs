@@ -1,0 +1,1 @@
+//! The XDP data plane (`--dataplane xdp`): see `docs/dataplane.md`. (Being written.)
