@@ -1090,6 +1090,8 @@ impl<S: StateMachine> Replica<S> {
             members,
             dataplane: "off".into(),
             dataplane_enabled: false,
+            fastpath: Default::default(),
+            replication_latency_ns: Vec::new(),
             durability: match self.cfg.durability {
                 DurabilityMode::Memory => "memory",
                 DurabilityMode::Fsync => "fsync",
