@@ -221,6 +221,18 @@ pub trait DataPlane: Send {
 
     /// Replication latency measured by the data plane (leader).
     fn latency(&self) -> LatencyHistogram;
+
+    /// A handle on the fast-path UDP socket, for host threads that send from the fast-path
+    /// port (front-end replies) while the replica loop owns the data plane.
+    fn socket(&self) -> io::Result<std::net::UdpSocket> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this data plane does not share its socket",
+        ))
+    }
+
+    /// Called by the replica every tick (XDP refreshes the clock offset it stamps with).
+    fn tick(&self) {}
 }
 
 /// Writes the leader's clock into a client request's payload if it is an entry envelope
