@@ -1,0 +1,20 @@
+//! Waverunner's benchmarks.
+//!
+//! `waverunner bench replication` (crates/cli/src/bench.rs) drives a namespace cluster per data
+//! plane; this crate holds what does not need a cluster:
+//!
+//! - [`floor`]: the round trip of a 50-byte UDP datagram between two network namespaces joined
+//!   by a bridge, answered by an XDP echo (`bpf/echo.bpf.c`, `XDP_TX`) and by a user-space
+//!   echo socket — the floors replication latency is compared against (DESIGN §5, §6);
+//! - [`netns`]: running code inside a network namespace, and the `ip` command;
+//! - [`stats`]: quantiles of raw samples and of log-linear latency histograms;
+//! - [`cpu`]: CPU time from `/proc/stat` and `/proc/<pid>/stat`;
+//! - [`sweep`]: the offered rates and the rule that ends the sweep;
+//! - [`report`]: the rows, the tables and the verdict against DESIGN §6.
+
+pub mod cpu;
+pub mod floor;
+pub mod netns;
+pub mod report;
+pub mod stats;
+pub mod sweep;

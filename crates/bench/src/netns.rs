@@ -1,0 +1,95 @@
+//! Network namespaces: the `ip` command, and running code inside a namespace.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+
+/// Runs `ip ARGS` and returns its standard output, or an error naming the command.
+pub fn ip(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip {}`: {e} (install iproute2)", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Moves the calling thread into network namespace `ns` (a name of `ip netns`). Sockets the
+/// thread opens afterwards belong to that namespace; other threads are not affected.
+pub fn enter(ns: &str) -> Result<(), String> {
+    let path = format!("/var/run/netns/{ns}");
+    let f = File::open(&path).map_err(|e| format!("network namespace {ns}: {path}: {e}"))?;
+    // SAFETY: setns on a descriptor we own; it changes only the calling thread's namespace.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(format!(
+            "setns into network namespace {ns}: {} (needs root)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread inside network namespace `ns` and returns what it returns.
+pub fn run_in<T, F>(ns: &str, f: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, String> + Send + 'static,
+{
+    let ns2 = ns.to_string();
+    std::thread::Builder::new()
+        .name(format!("in-{ns}"))
+        .spawn(move || {
+            enter(&ns2)?;
+            f()
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?
+        .join()
+        .map_err(|_| format!("the thread in network namespace {ns} panicked"))?
+}
+
+/// The index of interface `name` in the calling thread's network namespace.
+pub fn ifindex(name: &str) -> Result<i32, String> {
+    let c = std::ffi::CString::new(name).map_err(|_| format!("bad interface name {name:?}"))?;
+    // SAFETY: a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(format!(
+            "no interface {name}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(i as i32)
+}
+
+/// Our network namespaces that exist now: those whose name starts with `prefix`.
+pub fn namespaces_with_prefix(prefix: &str) -> Result<Vec<String>, String> {
+    Ok(ip(&["netns", "list"])?
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+        .map(String::from)
+        .collect())
+}
+
+/// Links of the host namespace whose name starts with `prefix`.
+pub fn links_with_prefix(prefix: &str) -> Result<Vec<String>, String> {
+    // `ip -o link show` lines look like `7: wrb-near@if2: <BROADCAST,…> …`.
+    Ok(ip(&["-o", "link", "show"])?
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .filter(|n| n.starts_with(prefix))
+        .collect())
+}
+
+/// Whether the calling process is root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
