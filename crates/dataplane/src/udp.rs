@@ -68,7 +68,7 @@ const SOCK_BUF: libc::c_int = 8 << 20;
 /// A host command to the data-plane thread.
 enum Cmd {
     Enable {
-        regs: fp::Registers,
+        regs: Box<fp::Registers>,
         peers: Vec<(u64, SocketAddrV4)>,
         done: mpsc::SyncSender<()>,
     },
@@ -265,7 +265,7 @@ impl DataPlane for UdpDataPlane {
         }
         let (done, wait) = mpsc::sync_channel(1);
         self.command(Cmd::Enable {
-            regs: *regs,
+            regs: Box::new(*regs),
             peers: peers.to_vec(),
             done,
         })?;
@@ -389,7 +389,12 @@ fn clear_event(fd: RawFd) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: passes a live c_int of the size given.
     let rc = unsafe {
         libc::setsockopt(
@@ -553,7 +558,8 @@ impl OutQueue {
     /// A cleared buffer for a datagram to `to`.
     fn next(&mut self, to: SocketAddrV4) -> &mut Vec<u8> {
         if self.n == self.bufs.len() {
-            self.bufs.push(Vec::with_capacity(fp::HDR_LEN + fp::MAX_PAYLOAD as usize));
+            self.bufs
+                .push(Vec::with_capacity(fp::HDR_LEN + fp::MAX_PAYLOAD as usize));
             self.dests.push(to);
         }
         self.dests[self.n] = to;
@@ -602,10 +608,7 @@ impl OutQueue {
                 _ => {
                     // This datagram cannot go (unreachable peer, full buffer): it is lost,
                     // as on the wire; Raft retransmits.
-                    tracing::debug!(
-                        "udp data plane: send to {} failed: {e}",
-                        self.dests[done]
-                    );
+                    tracing::debug!("udp data plane: send to {} failed: {e}", self.dests[done]);
                     done += 1;
                 }
             }
@@ -671,9 +674,12 @@ impl Worker {
                 }
             }
             let mut got = 0;
-            for fd in [Some(self.sock.as_raw_fd()), self.mcast.as_ref().map(|s| s.as_raw_fd())]
-                .into_iter()
-                .flatten()
+            for fd in [
+                Some(self.sock.as_raw_fd()),
+                self.mcast.as_ref().map(|s| s.as_raw_fd()),
+            ]
+            .into_iter()
+            .flatten()
             {
                 let n = batch.recv(fd);
                 if n == 0 {
@@ -730,6 +736,7 @@ impl Worker {
     fn command(&mut self, cmd: Cmd) {
         match cmd {
             Cmd::Enable { regs, peers, done } => {
+                let regs = *regs;
                 self.regs = regs;
                 self.peers = peers
                     .into_iter()

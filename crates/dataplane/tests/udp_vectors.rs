@@ -158,7 +158,10 @@ fn run_case(case: &Value, group_id: u32) {
         .expect("send the input");
     let deadline = Instant::now() + Duration::from_secs(5);
     while total(&dp.counters()) == 0 {
-        assert!(Instant::now() < deadline, "{name}: the input was never handled");
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the input was never handled"
+        );
         std::thread::sleep(Duration::from_micros(200));
     }
     std::thread::sleep(Duration::from_millis(5));
@@ -182,8 +185,16 @@ fn run_case(case: &Value, group_id: u32) {
     if input_type.is_none() {
         assert_eq!(c.malformed, 1, "{name}: an invalid type is malformed");
     }
-    assert_eq!(c.halts, u64::from(actions.contains(Actions::HALT)), "{name}");
-    assert_eq!(c.dropped, u64::from(actions.contains(Actions::DROP)), "{name}");
+    assert_eq!(
+        c.halts,
+        u64::from(actions.contains(Actions::HALT)),
+        "{name}"
+    );
+    assert_eq!(
+        c.dropped,
+        u64::from(actions.contains(Actions::DROP)),
+        "{name}"
+    );
 
     // Ring records.
     let out = &exp["out"];
@@ -250,7 +261,11 @@ fn run_case(case: &Value, group_id: u32) {
     let back: Vec<Vec<u8>> = back
         .into_iter()
         .map(|(from, b)| {
-            assert_eq!(from, SocketAddr::V4(dp.local_addr()), "{name}: from the fast-path port");
+            assert_eq!(
+                from,
+                SocketAddr::V4(dp.local_addr()),
+                "{name}: from the fast-path port"
+            );
             b
         })
         .collect();
