@@ -1347,6 +1347,7 @@ fn run_inner(a: &ChaosArgs) -> Result<ExitCode, String> {
         base_port: a.base_port,
         tick_ms: 10,
         election_ticks: 10,
+        dataplanes: Vec::new(),
     };
     let cf = cluster::up(&opts)?;
     println!(

@@ -281,9 +281,38 @@ pub struct UpOptions {
     pub tick_ms: u64,
     /// Election timeout in ticks.
     pub election_ticks: u32,
+    /// Data plane per replica: replica `i` (1-based) uses `dataplanes[(i - 1) % len]`; empty
+    /// means `off` everywhere. `xdp` needs network namespaces.
+    pub dataplanes: Vec<DataPlaneKind>,
+}
+
+/// The IPv4 multicast group an `xdp` leader sends appends to inside a namespace cluster
+/// (administratively scoped; it never leaves the cluster's bridge).
+pub const MULTICAST_GROUP: Ipv4Addr = Ipv4Addr::new(239, 77, 0, 1);
+
+/// Parses `off`, `udp`, `xdp`, or a comma-separated list of them (one per replica, cycled).
+pub fn parse_dataplanes(s: &str) -> Result<Vec<DataPlaneKind>, String> {
+    s.split(',')
+        .map(|p| match p.trim() {
+            "off" => Ok(DataPlaneKind::Off),
+            "udp" => Ok(DataPlaneKind::Udp),
+            "xdp" => Ok(DataPlaneKind::Xdp),
+            other => Err(format!(
+                "unknown data plane {other:?}: use off, udp, xdp or a comma-separated list of them"
+            )),
+        })
+        .collect()
 }
 
 impl UpOptions {
+    /// The data plane of replica `id` (1-based).
+    pub fn dataplane_of(&self, id: u64) -> DataPlaneKind {
+        if self.dataplanes.is_empty() {
+            return DataPlaneKind::Off;
+        }
+        self.dataplanes[((id - 1) as usize) % self.dataplanes.len()]
+    }
+
     /// A 3-replica cluster in `dir` with the replica's own defaults.
     #[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
     pub fn new(dir: impl Into<PathBuf>) -> UpOptions {
@@ -296,6 +325,7 @@ impl UpOptions {
             base_port: DEFAULT_BASE_PORT,
             tick_ms: 10,
             election_ticks: 10,
+            dataplanes: Vec::new(),
         }
     }
 }
@@ -364,7 +394,14 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
             data_dir: node_dir(dir, id).join("data"),
             durability: opts.durability,
             read_mode: opts.read_mode,
-            dataplane: DataPlaneKind::Off,
+            dataplane: opts.dataplane_of(id),
+            // Inside a namespace the replica's interface is eth0; on loopback there is no
+            // shared segment to multicast on (and no xdp).
+            dataplane_interface: (opts.dataplane_of(id) == DataPlaneKind::Xdp)
+                .then(|| "eth0".to_string()),
+            dataplane_multicast: (opts.dataplane_of(id) != DataPlaneKind::Off
+                && !a.client.ip().is_loopback())
+            .then_some(MULTICAST_GROUP),
             tick_ms: opts.tick_ms,
             election_ticks: opts.election_ticks,
             // The rest are the replica's own defaults (a unit test keeps them in step).
@@ -724,7 +761,17 @@ fn remove_leftover_netns() -> Result<(), String> {
 
 /// Creates the bridge, and one namespace with a veth on the bridge per entry of `hosts`.
 fn create_netns(hosts: &[(String, Ipv4Addr)]) -> Result<(), String> {
-    ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+    // Multicast snooping off: the bridge floods the xdp leader's multicast appends to every
+    // port (docs/dataplane.md, fan-out).
+    ip(&[
+        "link",
+        "add",
+        BRIDGE,
+        "type",
+        "bridge",
+        "mcast_snooping",
+        "0",
+    ])?;
     ip(&["addr", "add", &format!("{BRIDGE_IP}/24"), "dev", BRIDGE])?;
     ip(&["link", "set", BRIDGE, "up"])?;
     for (ns, addr) in hosts {
@@ -827,6 +874,13 @@ pub fn up(opts: &UpOptions) -> Result<ClusterFile, String> {
     }
     let dir = absolute(&opts.dir)?;
     let netns = use_netns(opts.netns)?;
+    if !netns && (1..=opts.nodes).any(|id| opts.dataplane_of(id) == DataPlaneKind::Xdp) {
+        return Err(
+            "--dataplane xdp needs network namespaces (--netns on, as root): XDP attaches to \
+             each replica's own interface; on loopback use --dataplane udp"
+                .into(),
+        );
+    }
     match load(&dir) {
         Ok(old) => {
             let running: Vec<String> = old
@@ -1177,6 +1231,10 @@ pub struct UpArgs {
     /// Election timeout in ticks (randomized in [n, 2n)).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=100_000))]
     election_ticks: u32,
+    /// Data plane: off, udp, xdp, or one per replica as a comma-separated list (cycled),
+    /// e.g. xdp,udp,udp. xdp needs network namespaces (root).
+    #[arg(long, default_value = "off")]
+    dataplane: String,
 }
 
 /// Options of `waverunner down`.
@@ -1248,6 +1306,10 @@ pub fn cmd_up(a: UpArgs) -> ExitCode {
         base_port: a.base_port,
         tick_ms: a.tick_ms,
         election_ticks: a.election_ticks,
+        dataplanes: match parse_dataplanes(&a.dataplane) {
+            Ok(d) => d,
+            Err(e) => return fail("up", e),
+        },
     };
     let cf = match up(&opts) {
         Ok(cf) => cf,

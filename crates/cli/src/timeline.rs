@@ -141,6 +141,7 @@ fn run_one(name: &str, o: &Opts) -> Result<(), String> {
         base_port: o.base_port,
         tick_ms: 10,
         election_ticks: 10,
+        dataplanes: Vec::new(),
     };
     let cf = cluster::up(&opts)?;
     let history_path = dir.join("history.jsonl");

@@ -1,6 +1,9 @@
 //! The native client protocol: UDP datagrams in the fast-path wire format (DESIGN §2;
 //! `docs/interfaces.md` §1). A request is a `CLIENT_REQUEST` header (`from` = client session
-//! id, `seq` = sequence number) with an encoded [`Op`] as payload; a reply is a `CLIENT_REPLY`
+//! id, `seq` = sequence number) whose payload is the log entry it becomes (`docs/dataplane.md`):
+//! an entry envelope `tag 1 | origin u64 | req u64 | client u64 | seq u64 | now_ms u64 |
+//! len u32 | encoded [`Op`]`, all little-endian, with origin, req and now_ms 0 (the leader
+//! stamps now_ms); a reply is a `CLIENT_REPLY`
 //! header (same `seq`, `from` = replying replica) whose payload is
 //! `status u8 | leader u64 | body`, the body an encoded [`Response`] (status OK) or a UTF-8
 //! message.
@@ -46,12 +49,47 @@ pub struct Request {
     pub seq: u64,
     /// The operation.
     pub op: Op,
+    /// The replica that forwarded it over the fast path (0: sent by a client).
+    pub origin: u64,
+    /// That replica's request id (0 from a client).
+    pub req: u64,
+}
+
+/// First byte of an entry envelope.
+pub const ENVELOPE_TAG: u8 = 1;
+/// Bytes of an envelope before the command.
+pub const ENVELOPE_PREFIX: usize = 45;
+
+/// The payload of a `CLIENT_REQUEST`: an entry envelope around an encoded command.
+pub fn envelope_payload(origin: u64, req: u64, client: u64, seq: u64, command: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(ENVELOPE_PREFIX + command.len());
+    p.push(ENVELOPE_TAG);
+    for v in [origin, req, client, seq, 0] {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    p.extend_from_slice(&(command.len() as u32).to_le_bytes());
+    p.extend_from_slice(command);
+    p
+}
+
+/// Whether the reply to `op` does not depend on the state (an unconditional store whose
+/// answer is always OK): the data plane may answer it itself once it commits.
+pub fn is_blind_write(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Set {
+            cond: waverunner_kv::Cond::Always,
+            get_old: false,
+            ..
+        } | Op::MSet { .. }
+    )
 }
 
 /// Encodes a request datagram; fails if the operation does not fit one datagram.
 pub fn encode_request(client: u64, seq: u64, op: &Op) -> Result<Vec<u8>, ProtoError> {
-    let mut payload = Vec::new();
-    encode_op(op, &mut payload);
+    let mut command = Vec::new();
+    encode_op(op, &mut command);
+    let payload = envelope_payload(0, 0, client, seq, &command);
     if payload.len() > MAX_PAYLOAD {
         return Err(ProtoError(format!(
             "request of {} bytes does not fit a datagram ({MAX_PAYLOAD} bytes at most); use RESP or memcached for large values",
@@ -60,10 +98,10 @@ pub fn encode_request(client: u64, seq: u64, op: &Op) -> Result<Vec<u8>, ProtoEr
     }
     let hdr = fp::Header {
         kind: fp::CLIENT_REQUEST,
-        flags: if op.is_read_only() {
-            0
-        } else {
+        flags: if is_blind_write(op) {
             fp::F_BLIND_WRITE
+        } else {
+            0
         },
         from: client,
         seq,
@@ -85,11 +123,27 @@ pub fn decode_request(pkt: &[u8]) -> Result<Request, ProtoError> {
             h.kind
         )));
     }
-    let op = decode_op(payload).map_err(|e| ProtoError(format!("bad operation: {e}")))?;
+    let bad = |m: &str| ProtoError(format!("bad request envelope: {m}"));
+    if payload.len() < ENVELOPE_PREFIX || payload[0] != ENVELOPE_TAG {
+        return Err(bad("too short or wrong tag"));
+    }
+    let u64_at = |o: usize| u64::from_le_bytes(payload[o..o + 8].try_into().expect("8 bytes"));
+    let (origin, req, client, seq) = (u64_at(1), u64_at(9), u64_at(17), u64_at(25));
+    let len = u32::from_le_bytes(payload[41..45].try_into().expect("4 bytes")) as usize;
+    if len != payload.len() - ENVELOPE_PREFIX {
+        return Err(bad("command length does not match the datagram"));
+    }
+    if client != h.from || seq != h.seq {
+        return Err(bad("session in the envelope differs from the header"));
+    }
+    let op = decode_op(&payload[ENVELOPE_PREFIX..])
+        .map_err(|e| ProtoError(format!("bad operation: {e}")))?;
     Ok(Request {
-        client: h.from,
-        seq: h.seq,
+        client,
+        seq,
         op,
+        origin,
+        req,
     })
 }
 
@@ -179,7 +233,9 @@ mod tests {
             Request {
                 client: 7,
                 seq: 9,
-                op
+                op,
+                origin: 0,
+                req: 0,
             }
         );
         let r = decode_reply(&encode_reply(2, 9, STATUS_OK, 3, Ok(&Response::Int(5)))).unwrap();
@@ -215,5 +271,54 @@ mod tests {
         let n = pkt.len();
         pkt[n - 1] ^= 0xff;
         let _ = decode_request(&pkt);
+    }
+}
+
+#[cfg(test)]
+mod envelope_tests {
+    use super::*;
+
+    #[test]
+    fn only_unconditional_stores_are_blind() {
+        let set = |cond, get_old| Op::Set {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            flags: 0,
+            expiry: waverunner_kv::Expiry::None,
+            cond,
+            get_old,
+        };
+        let flags = |op: &Op| {
+            fp::Header::decode(&encode_request(1, 1, op).unwrap())
+                .unwrap()
+                .0
+                .flags
+        };
+        assert_eq!(
+            flags(&set(waverunner_kv::Cond::Always, false)),
+            fp::F_BLIND_WRITE
+        );
+        assert_eq!(flags(&set(waverunner_kv::Cond::IfAbsent, false)), 0);
+        assert_eq!(flags(&set(waverunner_kv::Cond::Always, true)), 0);
+        assert_eq!(
+            flags(&Op::IncrBy {
+                key: b"k".to_vec(),
+                delta: 1
+            }),
+            0
+        );
+    }
+
+    #[test]
+    fn a_request_whose_envelope_disagrees_with_its_header_is_refused() {
+        let op = Op::Get {
+            keys: vec![b"k".to_vec()],
+        };
+        let mut pkt = encode_request(7, 9, &op).unwrap();
+        pkt[fp::HDR_LEN + 17] ^= 1; // the envelope's client id
+        assert!(decode_request(&pkt).is_err());
+        let mut pkt = encode_request(7, 9, &op).unwrap();
+        pkt[fp::HDR_LEN] = 9; // not an envelope
+        assert!(decode_request(&pkt).is_err());
     }
 }

@@ -174,6 +174,9 @@ pub struct Config {
     pub blind_reply_body: Vec<u8>,
 }
 
+/// A callback on a packet: (source, UDP payload).
+pub type PacketFn = Arc<dyn Fn(SocketAddr, &[u8]) + Send + Sync>;
+
 /// What the data plane calls back into its host with. Both run on a data-plane thread and
 /// must not block.
 #[derive(Clone)]
@@ -182,7 +185,7 @@ pub struct Hooks {
     pub wake: Arc<dyn Fn() + Send + Sync>,
     /// A packet on the fast-path port for the host: the handler passed it up (`TO_HOST`), the
     /// data plane was disabled, or it is not a valid fast-path packet. (source, UDP payload).
-    pub host_packet: Arc<dyn Fn(SocketAddr, &[u8]) + Send + Sync>,
+    pub host_packet: PacketFn,
 }
 
 /// A data plane as the replica drives it (DESIGN §3; the hand-off is `docs/handoff.md`).

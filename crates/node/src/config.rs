@@ -81,9 +81,17 @@ pub struct NodeConfig {
     /// `log`, `read_index` or `lease`.
     #[serde(default = "default_read_mode")]
     pub read_mode: ReadModeConfig,
-    /// `off` (the only one built so far), `udp`, `xdp`.
+    /// `off` (vanilla Raft over TCP), `udp` (the handler in a user-space thread) or `xdp`
+    /// (the handler in an XDP program on `dataplane_interface`).
     #[serde(default = "default_dataplane")]
     pub dataplane: DataPlaneKind,
+    /// `xdp`: the interface that holds the client address (native XDP is attached to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataplane_interface: Option<String>,
+    /// `xdp` leader: the IPv4 multicast group appends are sent to (the replicas share one L2
+    /// segment that floods it); `udp` replicas join it. Default 239.77.0.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataplane_multicast: Option<std::net::Ipv4Addr>,
     /// Length of one Raft tick in milliseconds.
     #[serde(default = "default_tick_ms")]
     pub tick_ms: u64,
@@ -236,10 +244,41 @@ impl NodeConfig {
             return err("max_connections must be > 0".into());
         }
         if self.dataplane != DataPlaneKind::Off {
-            return err(format!(
-                "dataplane = {:?} is not built yet (see the open issues); use \"off\"",
-                self.dataplane
-            ));
+            if !self.listen.client.is_ipv4() {
+                return err(format!(
+                    "dataplane = {:?} needs an IPv4 listen.client address (the fast-path port), not {}",
+                    self.dataplane, self.listen.client
+                ));
+            }
+            if let Some(p) = self
+                .peers
+                .iter()
+                .find(|p| p.client.is_none_or(|a| !a.is_ipv4()))
+            {
+                return err(format!(
+                    "dataplane = {:?} needs every peer's IPv4 client address (its fast-path port); peer {} has none",
+                    self.dataplane, p.id
+                ));
+            }
+            if self.voters().len() > waverunner_fastpath::MAX_NODES {
+                return err(format!(
+                    "the data plane replicates among at most {} voters; this configuration has {}",
+                    waverunner_fastpath::MAX_NODES,
+                    self.voters().len()
+                ));
+            }
+            if let Some(g) = self.dataplane_multicast {
+                if !g.is_multicast() {
+                    return err(format!(
+                        "dataplane_multicast = {g} is not an IPv4 multicast group"
+                    ));
+                }
+            }
+        }
+        if self.dataplane == DataPlaneKind::Xdp && self.dataplane_interface.is_none() {
+            return err(
+                "dataplane = \"xdp\" needs dataplane_interface: the interface that holds the client address".into(),
+            );
         }
         Ok(())
     }
@@ -317,8 +356,29 @@ raft = "127.0.0.1:7002"
                 "unknown variant",
             ),
             (
-                &GOOD.replace("id = 1\n", "id = 1\ndataplane = \"xdp\"\n"),
-                "not built yet",
+                &GOOD.replace("id = 1\n", "id = 1\ndataplane = \"udp\"\n"),
+                "peer 2 has none",
+            ),
+            (
+                &GOOD
+                    .replace("id = 1\n", "id = 1\ndataplane = \"xdp\"\n")
+                    .replace(
+                        "raft = \"127.0.0.1:7002\"",
+                        "raft = \"127.0.0.1:7002\"\nclient = \"127.0.0.1:7102\"",
+                    ),
+                "needs dataplane_interface",
+            ),
+            (
+                &GOOD
+                    .replace(
+                        "id = 1\n",
+                        "id = 1\ndataplane = \"udp\"\ndataplane_multicast = \"10.0.0.1\"\n",
+                    )
+                    .replace(
+                        "raft = \"127.0.0.1:7002\"",
+                        "raft = \"127.0.0.1:7002\"\nclient = \"127.0.0.1:7102\"",
+                    ),
+                "not an IPv4 multicast group",
             ),
             ("[[[", "invalid"),
         ] {

@@ -7,13 +7,14 @@
 //! RESP, memcached text) and admin HTTP (`/metrics`, `/status`, and `POST /membership`,
 //! `POST /transfer-leader` for membership change: see [`admin`]).
 //!
-//! Data plane: only `off` (vanilla Raft over TCP) is built so far; the seams for the fast path
-//! are the core's data-plane commands (`Ready::dataplane`), which the replica loop refuses today.
+//! Data plane: `off` (vanilla Raft over TCP), `udp` or `xdp` (crate `waverunner-dataplane`);
+//! [`fastpath`] is the replica's side of the hand-off (DESIGN §3).
 
 #![warn(missing_docs)]
 
 pub mod admin;
 pub mod config;
+pub mod fastpath;
 pub mod frontend;
 pub mod kvsm;
 pub mod metrics;
@@ -25,7 +26,7 @@ pub mod wire;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 pub use config::NodeConfig;
@@ -102,9 +103,21 @@ impl Drop for Running {
     }
 }
 
-/// Starts a replica of any state machine: transport, storage, replica loop and admin HTTP.
-/// Clients talk to it through [`Running::handle`].
+/// Starts a replica of any state machine: transport, storage, replica loop, admin HTTP and
+/// the configured data plane. Clients talk to it through [`Running::handle`].
 pub fn start_replica<S: StateMachine>(cfg: NodeConfig, sm: S) -> Result<Running, StartError> {
+    start_replica_with(cfg, sm, Vec::new(), None).map(|(r, _)| r)
+}
+
+/// What the native front-end does with a client request that reached the fast-path port.
+type RequestFn = waverunner_dataplane::PacketFn;
+
+fn start_replica_with<S: StateMachine>(
+    cfg: NodeConfig,
+    sm: S,
+    blind_reply_body: Vec<u8>,
+    client_requests: Option<RequestFn>,
+) -> Result<(Running, Option<UdpSocket>), StartError> {
     cfg.validate().map_err(|e| StartError(e.to_string()))?;
     let raft_listener = bind_tcp("replicas", cfg.listen.raft)?;
     let admin_listener = cfg
@@ -141,7 +154,26 @@ pub fn start_replica<S: StateMachine>(cfg: NodeConfig, sm: S) -> Result<Running,
         move |(from, f)| inbox.send(Event::Peer(from, f)).is_ok(),
         stop.clone(),
     );
-    let replica = Replica::open(cfg.clone(), sm, transport, status, addresses)
+    let (dp, dp_socket) = if cfg.dataplane == config::DataPlaneKind::Off {
+        (None, None)
+    } else {
+        let d = fastpath::open(&cfg, tx.clone(), blind_reply_body, client_requests)
+            .map_err(StartError)?;
+        let sock = d.plane.socket().map_err(|e| {
+            StartError(format!(
+                "cannot share the {} data plane's socket: {e}",
+                d.kind
+            ))
+        })?;
+        tracing::info!(
+            "node {}: {} data plane on {} (starts disabled; the leader enables it)",
+            cfg.id,
+            d.kind,
+            cfg.listen.client
+        );
+        (Some(d), Some(sock))
+    };
+    let replica = Replica::open(cfg.clone(), sm, transport, status, addresses, dp)
         .map_err(|Fatal(m)| StartError(m))?;
     let stop2 = stop.clone();
     let core = std::thread::Builder::new()
@@ -162,22 +194,31 @@ pub fn start_replica<S: StateMachine>(cfg: NodeConfig, sm: S) -> Result<Running,
             .spawn(move || admin::serve(l, h, s))
             .map_err(|e| StartError(format!("cannot start the admin thread: {e}")))?;
     }
-    Ok(Running {
-        handle,
-        stop,
-        core: Some(core),
-    })
+    Ok((
+        Running {
+            handle,
+            stop,
+            core: Some(core),
+        },
+        dp_socket,
+    ))
 }
 
 /// Starts a key-value replica with its client front-ends (native UDP, RESP, memcached).
 pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
     cfg.validate().map_err(|e| StartError(e.to_string()))?;
-    let udp = UdpSocket::bind(cfg.listen.client).map_err(|e| {
-        StartError(format!(
-            "cannot listen for clients on udp {}: {e}",
-            cfg.listen.client
-        ))
-    })?;
+    // Without a data plane the native front-end owns the client port; with one, the data
+    // plane does and passes client requests it does not order itself to the front-end.
+    let udp = if cfg.dataplane == config::DataPlaneKind::Off {
+        Some(UdpSocket::bind(cfg.listen.client).map_err(|e| {
+            StartError(format!(
+                "cannot listen for clients on udp {}: {e}",
+                cfg.listen.client
+            ))
+        })?)
+    } else {
+        None
+    };
     let redis = cfg
         .listen
         .redis
@@ -188,7 +229,24 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
         .memcache
         .map(|a| bind_tcp("memcached clients", a))
         .transpose()?;
-    let running = start_replica(cfg.clone(), KvMachine::default())?;
+    let native: Arc<OnceLock<frontend::native::Native>> = Arc::new(OnceLock::new());
+    let cell = native.clone();
+    let requests: RequestFn = Arc::new(move |src: SocketAddr, pkt: &[u8]| {
+        if let Some(n) = cell.get() {
+            n.on_datagram(pkt, src);
+        }
+    });
+    let mut ok = Vec::new();
+    waverunner_kv::codec::encode_response(&waverunner_kv::Response::Ok, &mut ok);
+    let (running, dp_socket) =
+        start_replica_with(cfg.clone(), KvMachine::default(), ok, Some(requests))?;
+    if let Some(sock) = dp_socket {
+        let _ = native.set(frontend::native::Native::new(
+            Arc::new(sock),
+            running.handle.clone(),
+            cfg.id,
+        ));
+    }
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
             .name(name.into())
@@ -196,11 +254,13 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
             .map(|_| ())
             .map_err(|e| StartError(format!("cannot start the {name} thread: {e}")))
     };
-    let (h, s, id) = (running.handle.clone(), running.stop.clone(), cfg.id);
-    spawn(
-        "native",
-        Box::new(move || frontend::native::serve(udp, h, id, s)),
-    )?;
+    if let Some(udp) = udp {
+        let (h, s, id) = (running.handle.clone(), running.stop.clone(), cfg.id);
+        spawn(
+            "native",
+            Box::new(move || frontend::native::serve(udp, h, id, s)),
+        )?;
+    }
     let limits = frontend::Limits::from_config(&cfg);
     if let Some(l) = redis {
         let (h, s) = (running.handle.clone(), running.stop.clone());

@@ -10,13 +10,17 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use waverunner_dataplane::RingRecord;
+use waverunner_fastpath as fp;
 use waverunner_raft::{
-    ConfChange, Config as RaftConfig, Entry, EntryKind, HardState, ProposeError, Raft, ReadError,
-    ReadMode, Ready, Role,
+    ConfChange, Config as RaftConfig, DataPlaneCommand, DataPlaneState, DisableReason, Entry,
+    EntryKind, HardState, Message, MessageBody, Proposal, ProposeError, Raft, ReadError, ReadMode,
+    Ready, Role,
 };
 use waverunner_storage::Storage;
 
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
+use crate::fastpath::{self as fpath, DpClient, DpHost, SoftwareLatency};
 use crate::metrics::{Counters, Histogram, MemberStatus, Status};
 use crate::sm::{
     EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated, StateMachine,
@@ -209,6 +213,13 @@ pub enum Event {
     Admin(AdminCmd, AdminReply),
     /// Bad client input seen by a front-end (counted).
     ClientError,
+    /// Records wait on the data plane's log ring.
+    Ring,
+    /// A fast-path packet the data plane passed up: (source, UDP payload).
+    Fast(SocketAddr, Vec<u8>),
+    /// A request another replica forwarded over the fast path while this replica's data
+    /// plane was off: propose it as it is (its origin answers the client).
+    FastForward(Envelope),
     /// Stop.
     Shutdown,
 }
@@ -270,6 +281,11 @@ impl Handle {
             Err(TrySendError::Full(_)) => Err(AdminError::Busy),
             Err(TrySendError::Disconnected(_)) => Err(AdminError::ShuttingDown),
         }
+    }
+
+    /// A request another replica forwarded over the fast path (envelope with its origin).
+    pub fn forwarded(&self, env: Envelope) {
+        let _ = self.tx.try_send(Event::FastForward(env));
     }
 
     /// Counts a bad client input.
@@ -356,6 +372,10 @@ pub struct Replica<S: StateMachine> {
     /// The addresses the transport talks to: configured peers, the replicated address book,
     /// and addresses peers advertised (for ids known no other way).
     peer_addrs: BTreeMap<u64, SocketAddr>,
+    /// The data plane, if one is configured.
+    dp: Option<DpHost>,
+    /// Replication latency measured by software (leader, data plane off).
+    sw_latency: SoftwareLatency,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -366,6 +386,7 @@ impl<S: StateMachine> Replica<S> {
         transport: Arc<Transport>,
         status: Arc<Mutex<Status>>,
         addresses: crate::metrics::Addresses,
+        dp: Option<DpHost>,
     ) -> Result<Replica<S>, Fatal> {
         let durability = match cfg.durability {
             DurabilityMode::Memory => waverunner_storage::Durability::Memory,
@@ -398,6 +419,8 @@ impl<S: StateMachine> Replica<S> {
                 _ => ReadMode::ReadIndex,
             },
             seed: wall_ms() ^ (u64::from(std::process::id()) << 32) ^ cfg.id,
+            dataplane: dp.is_some(),
+            defer_ack: dp.is_some() && cfg.durability == DurabilityMode::Fsync,
             ..RaftConfig::default()
         };
         let raft = Raft::new(rcfg, boot).map_err(|e| Fatal(format!("cannot start Raft: {e}")))?;
@@ -406,6 +429,14 @@ impl<S: StateMachine> Replica<S> {
             .map_or(1, |d| d.as_nanos() as u64);
         let role = raft.role();
         let peer_addrs = cfg.peers.iter().map(|p| (p.id, p.raft)).collect();
+        let mut dp = dp;
+        if let Some(d) = dp.as_mut() {
+            for p in &cfg.peers {
+                if let Some(SocketAddr::V4(a)) = p.client {
+                    d.peers.insert(p.id, a);
+                }
+            }
+        }
         let mut replica = Replica {
             cfg,
             raft,
@@ -428,6 +459,8 @@ impl<S: StateMachine> Replica<S> {
             latest_hard: persisted_hard,
             admin_pending: Vec::new(),
             peer_addrs,
+            dp,
+            sw_latency: SoftwareLatency::default(),
         };
         replica.sync_transport();
         Ok(replica)
@@ -440,6 +473,7 @@ impl<S: StateMachine> Replica<S> {
         }
         for (id, m) in self.state.members.clone() {
             self.learn_addr(id, m.raft, true);
+            self.learn_fast_addr(id, m.client);
         }
     }
 
@@ -458,6 +492,15 @@ impl<S: StateMachine> Replica<S> {
         tracing::info!("node {}: peer {id} is at {addr}", self.cfg.id);
         self.peer_addrs.insert(id, addr);
         self.transport.add_peer(id, addr);
+    }
+
+    /// The fast-path address of member `id` (its native client address).
+    fn learn_fast_addr(&mut self, id: u64, client: Option<SocketAddr>) {
+        if let (Some(d), Some(SocketAddr::V4(a))) = (self.dp.as_mut(), client) {
+            if id != self.cfg.id {
+                d.peers.insert(id, a);
+            }
+        }
     }
 
     /// Stops talking to a removed member.
@@ -539,6 +582,9 @@ impl<S: StateMachine> Replica<S> {
             Event::Submit(s) => self.on_submit(s),
             Event::Admin(cmd, reply) => self.on_admin(cmd, reply),
             Event::ClientError => self.counters.client_errors += 1,
+            Event::Ring => self.on_ring(),
+            Event::Fast(src, pkt) => self.on_fast(src, &pkt),
+            Event::FastForward(env) => self.on_fast_forward(env),
             Event::Shutdown => return false,
         }
         true
@@ -701,7 +747,7 @@ impl<S: StateMachine> Replica<S> {
             return;
         };
         debug_assert_eq!(r.stage, Stage::Routing);
-        if r.read {
+        if r.read && matches!(self.raft.dataplane_state(), DataPlaneState::Off) {
             match self.raft.read_index(id.to_le_bytes().to_vec()) {
                 Ok(()) => self.set_stage(id, Stage::Reading),
                 Err(
@@ -715,6 +761,16 @@ impl<S: StateMachine> Replica<S> {
             }
             return;
         }
+        if r.read {
+            // With the data plane on, reads go through the log (the paper's behaviour):
+            // ReadIndex would need software heartbeats the data plane replaced.
+            if let Some(r) = self.requests.get_mut(&id) {
+                r.read = false;
+            }
+        }
+        let Some(r) = self.requests.get(&id) else {
+            return;
+        };
         if self.raft.role() == Role::Leader {
             let env = Envelope {
                 origin: self.cfg.id,
@@ -725,7 +781,10 @@ impl<S: StateMachine> Replica<S> {
                 command: r.command.clone(),
             };
             match self.raft.propose(env.encode()) {
-                Ok(_) => {
+                Ok(p) => {
+                    if let Proposal::Appended(index) = p {
+                        self.sw_latency.proposed(index);
+                    }
                     self.counters.proposals += 1;
                     self.set_stage(id, Stage::Proposed);
                 }
@@ -736,6 +795,12 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         let leader = self.raft.leader();
+        if leader != 0 && leader != self.cfg.id && self.forward_fast(id, leader) {
+            return;
+        }
+        let Some(r) = self.requests.get(&id) else {
+            return;
+        };
         if leader != 0 && leader != self.cfg.id {
             let f = Frame::Forward {
                 req: id,
@@ -749,6 +814,49 @@ impl<S: StateMachine> Replica<S> {
         } else {
             self.retry.push(id);
         }
+    }
+
+    /// With the data plane on, a follower forwards a write to the leader over the fast path:
+    /// the leader's data plane orders it like a client's, and this replica answers its client
+    /// when it applies the entry. A lost datagram ends in a timeout (outcome unknown), never
+    /// in a double apply: nothing resends it.
+    fn forward_fast(&mut self, id: u64, leader: u64) -> bool {
+        if !matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
+            return false;
+        }
+        let (Some(d), Some(r)) = (self.dp.as_ref(), self.requests.get(&id)) else {
+            return false;
+        };
+        let Some(&to) = d.peers.get(&leader) else {
+            return false;
+        };
+        let env = Envelope {
+            origin: self.cfg.id,
+            req: id,
+            client: r.client,
+            seq: r.seq,
+            now_ms: 0,
+            command: r.command.clone(),
+        }
+        .encode();
+        if env.len() > fp::MAX_PAYLOAD as usize {
+            return false; // too large for a datagram: over TCP
+        }
+        let h = fp::Header {
+            kind: fp::CLIENT_REQUEST,
+            from: r.client,
+            seq: r.seq,
+            ..fp::Header::new(u64::from(fpath::GROUP))
+        };
+        if d.plane
+            .send_to(&fpath::packet(h, &env), SocketAddr::V4(to))
+            .is_err()
+        {
+            return false;
+        }
+        self.counters.forwarded += 1;
+        self.set_stage(id, Stage::Forwarded);
+        true
     }
 
     fn set_stage(&mut self, id: u64, stage: Stage) {
@@ -801,7 +909,14 @@ impl<S: StateMachine> Replica<S> {
                         now_ms: wall_ms(),
                         command,
                     };
-                    self.raft.propose(env.encode()).is_ok()
+                    match self.raft.propose(env.encode()) {
+                        Ok(Proposal::Appended(index)) => {
+                            self.sw_latency.proposed(index);
+                            true
+                        }
+                        Ok(Proposal::ViaDataPlane) => true,
+                        Err(_) => false,
+                    }
                 };
                 if proposed {
                     self.counters.proposals += 1;
@@ -829,6 +944,9 @@ impl<S: StateMachine> Replica<S> {
 
     fn on_tick(&mut self, ticks: u64) {
         debug_assert!(ticks >= 1);
+        if let Some(d) = &self.dp {
+            d.plane.tick();
+        }
         for _ in 0..ticks {
             self.raft.tick();
         }
@@ -880,13 +998,16 @@ impl<S: StateMachine> Replica<S> {
             let rd = self.raft.ready();
             self.handle_ready(rd)?;
             self.raft.advance();
+            if self.raft.role() == Role::Leader {
+                self.sw_latency.committed(self.raft.commit_index());
+            }
             self.serve_reads();
             self.maybe_compact()?;
         }
         Ok(())
     }
 
-    fn handle_ready(&mut self, rd: Ready) -> Result<(), Fatal> {
+    fn handle_ready(&mut self, mut rd: Ready) -> Result<(), Fatal> {
         let storage_err = |e: waverunner_storage::StorageError| Fatal(format!("storage: {e}"));
         if let Some(ss) = rd.soft_state {
             if ss.role != self.role {
@@ -906,6 +1027,9 @@ impl<S: StateMachine> Replica<S> {
                         .mark_caught_up()
                         .map_err(|e| Fatal(format!("storage: {e}")))?;
                 }
+                if ss.role != Role::Leader {
+                    self.sw_latency.clear();
+                }
                 if matches!(ss.role, Role::Candidate | Role::PreCandidate)
                     && !matches!(self.role, Role::Candidate | Role::PreCandidate)
                 {
@@ -914,9 +1038,9 @@ impl<S: StateMachine> Replica<S> {
                 self.role = ss.role;
             }
         }
-        if let Some(cmd) = &rd.dataplane {
-            // No data plane is built yet: the core is configured without one.
-            return Err(Fatal(format!("unexpected data-plane command {cmd:?}")));
+        if let Some(cmd) = rd.dataplane.take() {
+            // Before the messages of this ready: an Enable must be in force when they go out.
+            self.on_dataplane_command(cmd)?;
         }
         // A leader may send its appends before its own disk write finishes (Raft §10.2.1):
         // the core counts the leader toward a commit only for entries it persisted. Anything
@@ -960,6 +1084,9 @@ impl<S: StateMachine> Replica<S> {
         if self.storage.sync().map_err(storage_err)? > 0 {
             self.counters.fsyncs += 1;
         }
+        if let Some(last) = rd.entries.last() {
+            self.deferred_ack(last.index);
+        }
         for m in messages {
             let to = m.to;
             self.transport.send(to, &Frame::Raft(m));
@@ -991,6 +1118,7 @@ impl<S: StateMachine> Replica<S> {
                 Ok(EntryData::Member(rec)) => {
                     self.state.apply_member(e.index, &rec);
                     self.learn_addr(rec.id, rec.raft, true);
+                    self.learn_fast_addr(rec.id, rec.client);
                     continue;
                 }
                 Err(err) => {
@@ -1001,6 +1129,10 @@ impl<S: StateMachine> Replica<S> {
                 }
             };
             let outcome = self.state.apply(e.index, &env);
+            if env.origin == 0 {
+                self.answer_fast_client(e.index, &env, &outcome);
+                continue;
+            }
             if env.origin != self.cfg.id {
                 continue;
             }
@@ -1019,6 +1151,9 @@ impl<S: StateMachine> Replica<S> {
                 }
                 Outcome::Stale => self.fail(env.req, ClientError::Stale),
             }
+        }
+        for p in std::mem::take(&mut rd.dataplane_proposals) {
+            self.push_proposal(&p);
         }
         for rs in rd.read_states {
             let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
@@ -1076,6 +1211,7 @@ impl<S: StateMachine> Replica<S> {
         self.counters.messages_rejected = self.raft.counters().messages_rejected;
         let conf = self.raft.conf_state().clone();
         let members = self.member_status();
+        let (fastpath, replication_latency_ns) = self.fastpath_status();
         let s = Status {
             id: self.cfg.id,
             role: role_name(self.raft.role()).into(),
@@ -1088,10 +1224,10 @@ impl<S: StateMachine> Replica<S> {
             voters: conf.voters,
             learners: conf.learners,
             members,
-            dataplane: "off".into(),
-            dataplane_enabled: false,
-            fastpath: Default::default(),
-            replication_latency_ns: Vec::new(),
+            dataplane: self.dp.as_ref().map_or("off", |d| d.kind).into(),
+            dataplane_enabled: matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }),
+            fastpath,
+            replication_latency_ns,
             durability: match self.cfg.durability {
                 DurabilityMode::Memory => "memory",
                 DurabilityMode::Fsync => "fsync",
@@ -1184,5 +1320,373 @@ pub fn role_name(r: Role) -> &'static str {
         Role::Candidate => "candidate",
         Role::Leader => "leader",
         Role::Recovering => "recovering",
+    }
+}
+
+/// The host side of the data plane (DESIGN §3, `docs/dataplane.md`).
+impl<S: StateMachine> Replica<S> {
+    /// Carries out the core's `Enable` / `Disable`.
+    fn on_dataplane_command(&mut self, cmd: DataPlaneCommand) -> Result<(), Fatal> {
+        let Some(d) = self.dp.as_mut() else {
+            return Err(Fatal(format!(
+                "data-plane command {cmd:?} without a data plane"
+            )));
+        };
+        match cmd {
+            DataPlaneCommand::Enable(r) => {
+                let regs = fpath::to_registers(&r);
+                let peers: Vec<(u64, std::net::SocketAddrV4)> = r
+                    .match_index
+                    .iter()
+                    .filter(|(id, _)| *id != self.cfg.id)
+                    .filter_map(|(id, _)| d.peers.get(id).map(|a| (*id, *a)))
+                    .collect();
+                d.acked_persisted = r.last_index;
+                d.clients.clear();
+                d.plane
+                    .enable(&regs, &peers)
+                    .map_err(|e| Fatal(format!("cannot enable the {} data plane: {e}", d.kind)))?;
+                d.enables += 1;
+                d.enabled_term = r.term;
+                tracing::info!(
+                    "node {}: {} data plane enabled in term {} ({}, last index {})",
+                    self.cfg.id,
+                    d.kind,
+                    r.term,
+                    if r.is_leader { "leader" } else { "follower" },
+                    r.last_index
+                );
+            }
+            DataPlaneCommand::Disable(reason) => {
+                let regs = d.plane.disable();
+                let name = fpath::reason_name(reason);
+                *d.disables.entry(name.clone()).or_default() += 1;
+                d.last_reason = name;
+                self.on_ring();
+                let regs = fpath::from_registers(&regs);
+                if regs.last_index != self.raft.last_index() {
+                    return Err(Fatal(format!(
+                        "the data plane's last index {} differs from the log's {} after draining its ring",
+                        regs.last_index,
+                        self.raft.last_index()
+                    )));
+                }
+                self.raft.dataplane_disabled(regs);
+                tracing::info!(
+                    "node {}: data plane disabled ({reason:?}); software Raft continues in term {}",
+                    self.cfg.id,
+                    self.raft.term()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds every record on the data plane's ring to the core.
+    fn on_ring(&mut self) {
+        let Some(d) = self.dp.as_mut() else { return };
+        d.wake_pending.store(false, Ordering::Release);
+        let mut recs = std::mem::take(&mut d.records);
+        d.plane.drain(&mut recs);
+        let leader = self.raft.role() == Role::Leader;
+        for rec in recs.drain(..) {
+            match rec {
+                RingRecord::Entry(e) => {
+                    if leader && e.flags & fp::F_HEARTBEAT == 0 {
+                        let native = e.payload.first() == Some(&waverunner_dataplane::ENVELOPE_TAG)
+                            && e.payload.len() >= 9
+                            && e.payload[1..9] == [0; 8];
+                        if let (Some(source), true) = (e.source, native) {
+                            let c = DpClient {
+                                source,
+                                client: e.from,
+                                seq: e.seq,
+                                replied: false,
+                            };
+                            if let Some(d) = self.dp.as_mut() {
+                                d.remember(e.index, c);
+                            }
+                        }
+                    }
+                    let entry = Entry {
+                        term: e.term,
+                        index: e.index,
+                        kind: EntryKind::Normal,
+                        data: e.payload,
+                    };
+                    if let Err(err) = self.raft.dataplane_append(entry) {
+                        tracing::error!(
+                            "node {}: refused ring entry {}: {err}",
+                            self.cfg.id,
+                            e.index
+                        );
+                    }
+                }
+                RingRecord::Commit { index, replied } => {
+                    if replied {
+                        if let Some(c) = self.dp.as_mut().and_then(|d| d.clients.get_mut(&index)) {
+                            c.replied = true;
+                        }
+                    }
+                    self.raft.dataplane_commit(index);
+                }
+            }
+        }
+        if let Some(d) = self.dp.as_mut() {
+            d.records = recs;
+        }
+    }
+
+    /// A fast-path packet the data plane passed up: software Raft handles it as the Raft
+    /// message it is.
+    fn on_fast(&mut self, src: SocketAddr, pkt: &[u8]) {
+        let Ok((h, payload)) = fp::Header::decode(pkt) else {
+            self.counters.frames_rejected += 1;
+            return;
+        };
+        if u64::from(h.group_id) != u64::from(fpath::GROUP) {
+            self.counters.frames_rejected += 1;
+            return;
+        }
+        // Records the data plane produced before it passed this packet up come first.
+        self.on_ring();
+        let id = self.cfg.id;
+        match h.kind {
+            fp::APPEND => {
+                let m = Message {
+                    from: h.from,
+                    to: id,
+                    term: h.term,
+                    body: MessageBody::Append {
+                        prev_index: h.index,
+                        prev_term: h.log_term,
+                        entries: vec![Entry {
+                            term: h.term,
+                            index: h.index + 1,
+                            kind: EntryKind::Normal,
+                            data: payload.to_vec(),
+                        }],
+                        // A follower takes min(leader commit, last new entry).
+                        commit: h.commit.min(h.index + 1),
+                    },
+                };
+                let _ = self.raft.step(m);
+            }
+            fp::ACK => {
+                let m = Message {
+                    from: h.from,
+                    to: id,
+                    term: h.term,
+                    body: MessageBody::AppendResponse {
+                        reject: false,
+                        index: h.index,
+                        hint_index: 0,
+                        hint_term: 0,
+                        recovering: false,
+                    },
+                };
+                let _ = self.raft.step(m);
+            }
+            fp::RETX_REQ => self.retransmit(src, h.index),
+            _ => {}
+        }
+    }
+
+    /// The leader answers a retransmission request from its log, staying enabled; a follower
+    /// behind the snapshot needs software (InstallSnapshot).
+    fn retransmit(&mut self, to: SocketAddr, follower_last: u64) {
+        let DataPlaneState::On { term } = self.raft.dataplane_state() else {
+            return;
+        };
+        if self.raft.role() != Role::Leader {
+            return;
+        }
+        if follower_last + 1 < self.raft.first_index() {
+            self.raft.dataplane_halted(DisableReason::SnapshotNeeded);
+            return;
+        }
+        let hi = self
+            .raft
+            .last_index()
+            .min(follower_last + fpath::RETX_BATCH);
+        let commit = self.raft.commit_index();
+        let Some(d) = self.dp.as_mut() else { return };
+        for e in self.raft.entries(follower_last + 1, hi) {
+            if e.term != term {
+                continue;
+            }
+            let Some(prev_term) = self.raft.term_of(e.index - 1) else {
+                break;
+            };
+            let h = fp::Header {
+                kind: fp::APPEND,
+                term,
+                index: e.index - 1,
+                log_term: prev_term,
+                commit,
+                ..fpath::header(fp::APPEND, self.cfg.id)
+            };
+            if d.plane.send_to(&fpath::packet(h, &e.data), to).is_ok() {
+                d.retransmitted += 1;
+            }
+        }
+    }
+
+    /// A request forwarded by replica `env.origin` over the fast path reached this replica's
+    /// host: propose it unchanged if this replica leads (its origin answers), else drop it
+    /// (the origin times out).
+    fn on_fast_forward(&mut self, env: Envelope) {
+        if self.raft.role() != Role::Leader || env.origin == 0 || env.origin == self.cfg.id {
+            return;
+        }
+        let env = Envelope {
+            now_ms: wall_ms(),
+            ..env
+        };
+        match self.raft.propose(env.encode()) {
+            Ok(Proposal::Appended(index)) => {
+                self.sw_latency.proposed(index);
+                self.counters.proposals += 1;
+            }
+            Ok(Proposal::ViaDataPlane) => self.counters.proposals += 1,
+            Err(_) => {}
+        }
+    }
+
+    /// fsync durability with the data plane on: acknowledge what is now on disk.
+    fn deferred_ack(&mut self, persisted: u64) {
+        let DataPlaneState::On { term } = self.raft.dataplane_state() else {
+            return;
+        };
+        if self.cfg.durability != DurabilityMode::Fsync {
+            return;
+        }
+        let leader = self.raft.role() == Role::Leader;
+        let leader_id = self.raft.leader();
+        let Some(d) = self.dp.as_mut() else { return };
+        if persisted <= d.acked_persisted {
+            return;
+        }
+        d.acked_persisted = persisted;
+        let h = fp::Header {
+            term,
+            index: persisted,
+            ..fpath::header(fp::ACK, self.cfg.id)
+        };
+        let pkt = fpath::packet(h, &[]);
+        let r = if leader {
+            d.plane.push(&pkt)
+        } else if let Some(&to) = d.peers.get(&leader_id) {
+            d.plane.send_to(&pkt, SocketAddr::V4(to))
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            tracing::warn!("node {}: cannot send a deferred ack: {e}", self.cfg.id);
+        }
+    }
+
+    /// The leader pushes a proposal (or an idle heartbeat) through its data plane.
+    fn push_proposal(&mut self, payload: &[u8]) {
+        let Some(d) = self.dp.as_mut() else { return };
+        let mut h = fpath::header(fp::CLIENT_REQUEST, self.cfg.id);
+        if payload.is_empty() {
+            h.flags = fp::F_HEARTBEAT;
+            d.heartbeats += 1;
+        }
+        if let Err(e) = d.plane.push(&fpath::packet(h, payload)) {
+            tracing::warn!(
+                "node {}: cannot push through the data plane: {e}",
+                self.cfg.id
+            );
+        }
+    }
+
+    /// The leader answers a native client whose request its data plane ordered, unless the
+    /// data plane already did (exactly one reply per acknowledged write).
+    fn answer_fast_client(&mut self, index: u64, env: &Envelope, outcome: &Outcome) {
+        let leader = self.raft.leader();
+        let Some(d) = self.dp.as_mut() else { return };
+        let Some(c) = d.clients.remove(&index) else {
+            return;
+        };
+        if c.replied || c.client != env.client || c.seq != env.seq {
+            return;
+        }
+        let (status, body): (u8, &[u8]) = match outcome {
+            Outcome::Applied(r) | Outcome::Duplicate(r) => (waverunner_client::proto::STATUS_OK, r),
+            Outcome::Stale => (
+                waverunner_client::proto::STATUS_ERROR,
+                b"stale request: the session has moved past this sequence number",
+            ),
+        };
+        let mut payload = Vec::with_capacity(9 + body.len());
+        payload.push(status);
+        payload.extend_from_slice(&leader.to_le_bytes());
+        payload.extend_from_slice(body);
+        if payload.len() > fp::MAX_PAYLOAD as usize {
+            payload.truncate(9);
+            payload[0] = waverunner_client::proto::STATUS_ERROR;
+            payload.extend_from_slice(b"result too large for a datagram; use RESP or memcached");
+        }
+        let h = fp::Header {
+            seq: c.seq,
+            index,
+            ..fpath::header(fp::CLIENT_REPLY, self.cfg.id)
+        };
+        if d.plane
+            .send_to(&fpath::packet(h, &payload), SocketAddr::V4(c.source))
+            .is_ok()
+        {
+            d.host_replies += 1;
+            self.counters.answered += 1;
+        }
+    }
+
+    /// The data plane's part of status.
+    fn fastpath_status(&self) -> (crate::metrics::FastPathStatus, Vec<u64>) {
+        let mut lat = self.sw_latency.buckets.clone();
+        let mut f = crate::metrics::FastPathStatus {
+            state: match self.raft.dataplane_state() {
+                DataPlaneState::Off => "off",
+                DataPlaneState::Enabling { .. } => "enabling",
+                DataPlaneState::On { .. } => "on",
+                DataPlaneState::Disabling { .. } => "disabling",
+            }
+            .into(),
+            ..Default::default()
+        };
+        if self.raft.role() == Role::Leader && self.raft.dataplane_state() == DataPlaneState::Off {
+            f.blocker = self.raft.dataplane_blocker().unwrap_or("").into();
+        }
+        if let Some(d) = &self.dp {
+            let c = d.plane.counters();
+            let r = d.plane.registers();
+            f.enabled_term = d.enabled_term;
+            f.enables = d.enables;
+            f.disables = d.disables.clone();
+            f.last_disable_reason = d.last_reason.clone();
+            f.retransmitted = d.retransmitted;
+            f.host_replies = d.host_replies;
+            f.heartbeats = d.heartbeats;
+            f.handled = c.handled;
+            f.punted = c.punted;
+            f.dropped = c.dropped;
+            f.retx_requests = c.retx_requests;
+            f.client_replies = c.client_replies;
+            f.ring_full = c.ring_full;
+            f.halts = c.halts;
+            f.malformed = c.malformed;
+            f.last_index = r.last_index;
+            f.commit_index = r.commit_index;
+            let dl = d.plane.latency();
+            if lat.len() < dl.buckets.len() {
+                lat.resize(dl.buckets.len(), 0);
+            }
+            for (i, v) in dl.buckets.iter().enumerate() {
+                lat[i] += v;
+            }
+        }
+        (f, lat)
     }
 }

@@ -2,7 +2,7 @@
 //! per reply. Invalid datagrams are counted and dropped (a reply to a forged source would be
 //! a reflection vector).
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,29 +12,53 @@ use waverunner_kv::codec::{decode_response, encode_op};
 use waverunner_kv::Response;
 
 use crate::replica::{ClientError, Handle};
+use crate::sm::Envelope;
 
-/// Serves datagrams on `sock` until `stop`.
-pub fn serve(sock: UdpSocket, handle: Handle, self_id: u64, stop: Arc<AtomicBool>) {
-    let sock = Arc::new(sock);
-    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf = vec![0u8; 2048];
-    while !stop.load(Ordering::Relaxed) {
-        let Ok((n, peer)) = sock.recv_from(&mut buf) else {
-            continue;
-        };
-        let req = match proto::decode_request(&buf[..n]) {
+/// The native front-end: decodes request datagrams, submits them, and answers from the
+/// fast-path socket.
+pub struct Native {
+    sock: Arc<UdpSocket>,
+    handle: Handle,
+    self_id: u64,
+}
+
+impl Native {
+    /// A front-end that replies through `sock`.
+    pub fn new(sock: Arc<UdpSocket>, handle: Handle, self_id: u64) -> Native {
+        Native {
+            sock,
+            handle,
+            self_id,
+        }
+    }
+
+    /// Handles one datagram from `peer`.
+    pub fn on_datagram(&self, pkt: &[u8], peer: SocketAddr) {
+        let req = match proto::decode_request(pkt) {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!("dropped a bad datagram from {peer}: {e}");
-                handle.client_error();
-                continue;
+                self.handle.client_error();
+                return;
             }
         };
         let mut command = Vec::new();
         encode_op(&req.op, &mut command);
-        let (out, h) = (sock.clone(), handle.clone());
+        if req.origin != 0 {
+            // Another replica forwarded this over the fast path; it answers its client.
+            self.handle.forwarded(Envelope {
+                origin: req.origin,
+                req: req.req,
+                client: req.client,
+                seq: req.seq,
+                now_ms: 0,
+                command,
+            });
+            return;
+        }
+        let (out, h, self_id) = (self.sock.clone(), self.handle.clone(), self.self_id);
         let seq = req.seq;
-        handle.submit(
+        self.handle.submit(
             req.client,
             req.seq,
             command,
@@ -57,6 +81,20 @@ pub fn serve(sock: UdpSocket, handle: Handle, self_id: u64, stop: Arc<AtomicBool
                 let _ = out.send_to(&pkt, peer);
             }),
         );
+    }
+}
+
+/// Serves datagrams on `sock` until `stop` (no data plane: the front-end owns the port).
+pub fn serve(sock: UdpSocket, handle: Handle, self_id: u64, stop: Arc<AtomicBool>) {
+    let sock = Arc::new(sock);
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
+    let native = Native::new(sock.clone(), handle, self_id);
+    let mut buf = vec![0u8; 2048];
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((n, peer)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        native.on_datagram(&buf[..n], peer);
     }
 }
 
