@@ -333,6 +333,11 @@ fn udp_three_replicas_blind_writes() {
     let lat = l.dp.latency();
     assert_eq!(lat.count(), N, "one latency sample per request");
     assert!(lat.quantile(0.5) > 0);
+    eprintln!(
+        "udp data plane, loopback, closed loop: replication latency p50 {} ns, p99 {} ns",
+        lat.quantile(0.5),
+        lat.quantile(0.99)
+    );
     let lc = l.dp.counters();
     assert_eq!(lc.client_replies, N);
     assert_eq!(lc.handled, 3 * N, "requests and two acks each: {lc:?}");
@@ -697,4 +702,34 @@ fn udp_follower_receives_multicast_appends() {
     );
     let ack = Header::decode(&ack).unwrap().0;
     assert_eq!((ack.kind, ack.from, ack.index), (fp::ACK, 2, BASE + 1));
+}
+
+#[test]
+fn udp_full_ring_drops_before_the_handler() {
+    // One voter: every request adds an entry and a commit record. Nothing drains.
+    let mut n = Node::open(1, None);
+    n.dp.enable(&regs(1, &[1], 1, 0), &[]).unwrap();
+    let fits = (waverunner_dataplane::RING_CAPACITY / 2) as u64;
+    for seq in 1..=fits + 10 {
+        n.dp.push(&request(0, seq, 0)).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let c = n.dp.counters();
+        if c.handled + c.ring_full == fits + 10 {
+            assert_eq!((c.handled, c.ring_full), (fits, 10), "{c:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{c:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The dropped requests never reached the handler: the registers show only what fit.
+    assert_eq!(n.dp.registers().last_index, BASE + fits);
+    n.dp.drain(&mut n.ring);
+    assert_eq!(n.ring.len(), waverunner_dataplane::RING_CAPACITY);
+    assert_eq!(last_commit(&n.ring), BASE + fits);
+    // Drained, it handles again.
+    n.dp.push(&request(0, fits + 11, 0)).unwrap();
+    n.ring.clear();
+    n.drain_until("after the drain", |r| last_entry(r) == BASE + fits + 1);
 }
