@@ -27,9 +27,11 @@
 //!
 //! # Which thread calls the hooks
 //!
-//! Both [`Hooks`](crate::Hooks) callbacks run on the data-plane thread: `host_packet` once per
+//! Both [`Hooks`] callbacks run on the data-plane thread: `host_packet` once per
 //! packet for the host (inline, in arrival order), `wake` after records were published and
-//! only if no wake is outstanding (a [`DataPlane::drain`] re-arms it). They must not block and
+//! only if no wake is outstanding (a [`DataPlane::drain`] re-arms it); `wake` also follows a
+//! halt (`HALT`: the registers show `enabled = 0` and `halt_reason`), which may add no record
+//! and pass nothing up (a follower's exhausted retransmissions). They must not block and
 //! must not call back into this data plane's synchronous methods (`enable`, `disable`), which
 //! would wait for the very thread that runs them.
 
@@ -213,6 +215,7 @@ impl UdpDataPlane {
             out: OutQueue::default(),
             delta: Counters::default(),
             dirty: false,
+            halted: false,
             now_ns: 0,
             now_ms: 0,
         };
@@ -652,6 +655,8 @@ struct Worker {
     delta: Counters,
     /// Registers changed in this batch.
     dirty: bool,
+    /// The handler halted in this batch (the host is woken to notice it).
+    halted: bool,
     /// Clock of the current batch.
     now_ns: u64,
     now_ms: u64,
@@ -786,7 +791,8 @@ impl Worker {
         }
         self.shared.counters.add(&self.delta);
         self.delta = Counters::default();
-        if records && !self.shared.woken.swap(true, Ordering::SeqCst) {
+        let halted = mem::take(&mut self.halted);
+        if (records || halted) && !self.shared.woken.swap(true, Ordering::SeqCst) {
             (self.hooks.wake)();
         }
     }
@@ -884,6 +890,7 @@ impl Worker {
         }
         if a.contains(fp::Actions::HALT) {
             self.delta.halts += 1;
+            self.halted = true;
             tracing::debug!(
                 "udp data plane halted: {:?}",
                 fp::HaltReason::from_u32(out.halt_reason)

@@ -127,8 +127,12 @@ fn run_case(case: &Value, group_id: u32) {
 
     let host: HostPackets = Arc::default();
     let h = host.clone();
+    let wakes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let w = wakes.clone();
     let hooks = Hooks {
-        wake: Arc::new(|| {}),
+        wake: Arc::new(move || {
+            w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }),
         host_packet: Arc::new(move |from, p| h.lock().unwrap().push((from, p.to_vec()))),
     };
     let cfg = Config {
@@ -223,6 +227,12 @@ fn run_case(case: &Value, group_id: u32) {
         });
     }
     let mut ring = Vec::new();
+    let woken = wakes.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        woken,
+        u64::from(!want.is_empty() || actions.contains(Actions::HALT)),
+        "{name}: one wake for records or a halt"
+    );
     dp.drain(&mut ring);
     assert_eq!(ring, want, "{name}: ring records");
     assert_eq!(c.client_replies, u64::from(client_reply), "{name}");
