@@ -67,6 +67,8 @@ pub struct DpHost {
     pub heartbeats: u64,
     /// The term of the last enable.
     pub enabled_term: u64,
+    /// Leader: entries other replicas forwarded, not yet committed (bounded by the ring).
+    pub remote_pending: std::collections::BTreeSet<u64>,
     /// A wake-up for the replica loop is queued (coalesces ring wake-ups).
     pub wake_pending: Arc<AtomicBool>,
 }
@@ -197,16 +199,15 @@ pub fn open(
             let _ = wtx.try_send(Event::Ring);
         }
     });
-    let host_packet: dp::PacketFn =
-        Arc::new(move |src: SocketAddr, pkt: &[u8]| {
-            let is_request = pkt.len() > 5 && pkt[5] == fp::CLIENT_REQUEST;
-            match (&client_requests, is_request) {
-                (Some(f), true) => f(src, pkt),
-                _ => {
-                    let _ = tx.try_send(Event::Fast(src, pkt.to_vec()));
-                }
+    let host_packet: dp::PacketFn = Arc::new(move |src: SocketAddr, pkt: &[u8]| {
+        let is_request = pkt.len() > 5 && pkt[5] == fp::CLIENT_REQUEST;
+        match (&client_requests, is_request) {
+            (Some(f), true) => f(src, pkt),
+            _ => {
+                let _ = tx.try_send(Event::Fast(src, pkt.to_vec()));
             }
-        });
+        }
+    });
     let hooks = dp::Hooks { wake, host_packet };
     let (plane, kind): (Box<dyn DataPlane>, &'static str) = match cfg.dataplane {
         DataPlaneKind::Udp => (
@@ -233,6 +234,7 @@ pub fn open(
         host_replies: 0,
         heartbeats: 0,
         enabled_term: 0,
+        remote_pending: Default::default(),
         wake_pending,
     })
 }

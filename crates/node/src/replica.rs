@@ -1343,6 +1343,7 @@ impl<S: StateMachine> Replica<S> {
                     .collect();
                 d.acked_persisted = r.last_index;
                 d.clients.clear();
+                d.remote_pending.clear();
                 d.plane
                     .enable(&regs, &peers)
                     .map_err(|e| Fatal(format!("cannot enable the {} data plane: {e}", d.kind)))?;
@@ -1389,9 +1390,23 @@ impl<S: StateMachine> Replica<S> {
         let mut recs = std::mem::take(&mut d.records);
         d.plane.drain(&mut recs);
         let leader = self.raft.role() == Role::Leader;
+        // Followers learn the commit index from the next append. When an entry another
+        // replica waits for (it forwarded the request) commits and no append follows it in
+        // this batch, the leader pushes an empty one at once instead of at the next idle
+        // heartbeat (a tick later).
+        let mut announce = false;
         for rec in recs.drain(..) {
             match rec {
                 RingRecord::Entry(e) => {
+                    announce = false;
+                    if leader && e.flags & fp::F_HEARTBEAT == 0 && e.payload.len() >= 9 {
+                        let origin = u64::from_le_bytes(e.payload[1..9].try_into().expect("8"));
+                        if origin != 0 && origin != self.cfg.id {
+                            if let Some(d) = self.dp.as_mut() {
+                                d.remote_pending.insert(e.index);
+                            }
+                        }
+                    }
                     if leader && e.flags & fp::F_HEARTBEAT == 0 {
                         let native = e.payload.first() == Some(&waverunner_dataplane::ENVELOPE_TAG)
                             && e.payload.len() >= 9
@@ -1423,6 +1438,12 @@ impl<S: StateMachine> Replica<S> {
                     }
                 }
                 RingRecord::Commit { index, replied } => {
+                    if let Some(d) = self.dp.as_mut() {
+                        while d.remote_pending.first().is_some_and(|&i| i <= index) {
+                            d.remote_pending.pop_first();
+                            announce = true;
+                        }
+                    }
                     if replied {
                         if let Some(c) = self.dp.as_mut().and_then(|d| d.clients.get_mut(&index)) {
                             c.replied = true;
@@ -1434,6 +1455,9 @@ impl<S: StateMachine> Replica<S> {
         }
         if let Some(d) = self.dp.as_mut() {
             d.records = recs;
+        }
+        if announce && leader && matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
+            self.push_proposal(&[]);
         }
     }
 
