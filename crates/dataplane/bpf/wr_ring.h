@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The log ring's record layout (docs/dataplane.md "Ring records"), shared by
+ * the XDP program and its loader (src/xdp.rs parses the same bytes).
+ *
+ * Every invocation that may produce records reserves one entry record
+ * (WR_RING_ENTRY_SIZE bytes, a constant because bpf_ringbuf_reserve needs
+ * one) and one commit record before the handler runs, then submits or
+ * discards each. Records reach user space in reservation order, so an entry
+ * is always seen before the commit produced by the same packet.
+ */
+#ifndef WAVERUNNER_BPF_RING_H
+#define WAVERUNNER_BPF_RING_H
+
+#include <linux/types.h>
+#include "../../fastpath/c/wire.h"
+
+#define WR_REC_ENTRY 1
+#define WR_REC_COMMIT 2
+#define WR_COMMIT_REPLIED 1 /* commit flags bit 0: the data plane sent the client reply */
+
+/*
+ * One BPF ring buffer (bytes, a power of two, a multiple of the page size).
+ * A record costs its size rounded up to 8 plus an 8-byte ring header: an
+ * entry 1456 bytes, a commit 56, so 8 MiB hold at least 5548 entries each
+ * with its commit record (more than RING_CAPACITY = 4096 in flight).
+ */
+#define WR_RING_BYTES (8u << 20)
+
+struct wr_rec_hdr {
+	__u32 kind;  /* WR_REC_ENTRY or WR_REC_COMMIT */
+	__u16 flags; /* entry: input header flags; commit: WR_COMMIT_REPLIED */
+	__u16 len;   /* entry payload bytes */
+	__u64 index;
+	__u64 term;
+	__u64 from;
+	__u64 seq;
+	__u32 src_ip;   /* network order; 0 = none */
+	__u16 src_port; /* network order */
+	__u16 reserved;
+};
+
+struct wr_rec_entry {
+	struct wr_rec_hdr h;
+	__u8 payload[FP_MAX_PAYLOAD];
+};
+
+#define WR_RING_ENTRY_SIZE sizeof(struct wr_rec_entry)
+
+_Static_assert(sizeof(struct wr_rec_hdr) == 48, "ring record header is 48 bytes");
+_Static_assert(__builtin_offsetof(struct wr_rec_hdr, src_ip) == 40, "src_ip @40");
+_Static_assert(__builtin_offsetof(struct wr_rec_entry, payload) == 48, "payload @48");
+
+#endif /* WAVERUNNER_BPF_RING_H */
