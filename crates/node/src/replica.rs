@@ -1459,6 +1459,16 @@ impl<S: StateMachine> Replica<S> {
         if announce && leader && matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
             self.push_proposal(&[]);
         }
+        // A handler halt that passed nothing up (a follower's retransmissions ran out) is
+        // seen only in the registers.
+        if matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
+            if let Some(d) = self.dp.as_ref() {
+                let r = d.plane.registers();
+                if r.enabled == 0 && r.halt_reason != 0 {
+                    self.raft.dataplane_halted(fpath::halt_reason(r.halt_reason));
+                }
+            }
+        }
     }
 
     /// A fast-path packet the data plane passed up: software Raft handles it as the Raft
