@@ -4,9 +4,9 @@
 //
 // wrb_echo answers every IPv4 UDP datagram to the port in wrb_cfg[0] from the driver: it swaps
 // the Ethernet, IPv4 and UDP source and destination and sends the frame back out of the
-// interface it came in on (XDP_TX). Swapping does not change the IPv4 header checksum nor the
-// UDP checksum (both are sums over the swapped fields), so both stay valid. Everything else
-// passes to the stack (XDP_PASS), ARP included.
+// interface it came in on (XDP_TX). Swapping does not change the IPv4 header checksum (a sum
+// over the swapped fields); the UDP checksum is zeroed (see below). Everything else passes to
+// the stack (XDP_PASS), ARP included.
 //
 // wrb_pass passes everything. It goes on the peer end of a veth whose other end sends with
 // XDP_TX: a veth drops XDP_TX frames unless its peer has an XDP program (DESIGN §5).
@@ -80,6 +80,9 @@ int wrb_echo(struct xdp_md *ctx)
     __be16 p = udp->source;
     udp->source = udp->dest;
     udp->dest = p;
+    // A datagram a local socket sent over a veth may carry only a partial checksum (the
+    // offload was never done); zero (no checksum, allowed over IPv4) is always valid.
+    udp->check = 0;
     count(0);
     return XDP_TX;
 }

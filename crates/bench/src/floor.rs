@@ -45,7 +45,7 @@ pub const USER_PORT: u16 = 9_901;
 /// Datagrams sent before measuring (ARP, caches, the echo thread's first wake-up).
 const WARMUP: usize = 200;
 /// How long the sender waits for one answer before counting the datagram lost.
-const REPLY_TIMEOUT: Duration = Duration::from_millis(100);
+const REPLY_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// How much to measure.
 #[derive(Clone, Debug)]
@@ -174,8 +174,10 @@ impl Testbed {
     pub fn measure(&self, opts: &FloorOptions) -> Result<Floor, String> {
         let o = opts.clone();
         let (xdp, user) = netns::run_in(NEAR, move || {
-            let xdp = ping(SocketAddr::from((FAR_IP, XDP_PORT)), &o)?;
-            let user = ping(SocketAddr::from((FAR_IP, USER_PORT)), &o)?;
+            let xdp = ping(SocketAddr::from((FAR_IP, XDP_PORT)), &o)
+                .map_err(|e| format!("XDP echo: {e}"))?;
+            let user = ping(SocketAddr::from((FAR_IP, USER_PORT)), &o)
+                .map_err(|e| format!("user-space echo: {e}"))?;
             Ok((xdp, user))
         })?;
         Ok(Floor {
@@ -317,8 +319,12 @@ fn ping(to: SocketAddr, o: &FloorOptions) -> Result<Rtt, String> {
     let mut buf = [0u8; 2048];
     let mut samples = Vec::with_capacity(o.samples);
     let (mut sent, mut lost) = (0u64, 0u64);
+    let mut warm = 0;
     let start = Instant::now();
     for i in 0..(WARMUP + o.samples) as u64 {
+        if i == WARMUP as u64 && warm == 0 {
+            return Err(format!("no answer from {to} to {WARMUP} datagrams"));
+        }
         if start.elapsed() >= o.time_limit {
             break;
         }
@@ -334,6 +340,7 @@ fn ping(to: SocketAddr, o: &FloorOptions) -> Result<Rtt, String> {
         };
         let rtt = t0.elapsed();
         if i < WARMUP as u64 {
+            warm += u64::from(answered);
             continue;
         }
         sent += 1;

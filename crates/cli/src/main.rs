@@ -3,6 +3,7 @@
 //! `node` runs one replica; `sim` runs the deterministic simulator. Chaos and bench come with
 //! the issues that build them.
 
+mod bench;
 mod chaos;
 mod cluster;
 mod load;
@@ -52,6 +53,9 @@ enum Command {
     Chaos(chaos::ChaosArgs),
     /// Throughput per 100 ms while the leader is halted or the cluster reconfigured (CSV + PNG).
     Timeline(timeline::TimelineArgs),
+    /// Benchmarks: `bench replication` (latency, throughput and CPU per write of each data
+    /// plane against the XDP echo floor; needs root).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -142,6 +146,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => sim(a),
         Command::Chaos(a) => chaos::run(a),
         Command::Timeline(a) => timeline::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }
 
