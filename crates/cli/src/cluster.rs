@@ -803,6 +803,15 @@ pub(crate) fn add_netns_host(ns: &str, addr: Ipv4Addr) -> Result<(), String> {
     ])?;
     ip(&["link", "set", ns, "master", BRIDGE])?;
     ip(&["link", "set", ns, "up"])?;
+    // XDP_TX out of a namespace's eth0 is dropped unless the veth's other end has an XDP
+    // program too (DESIGN §5): a pass-through one, on every namespace so that the data planes
+    // compare on the same path.
+    if let Err(e) = waverunner_dataplane::xdp::attach_pass_through(ns) {
+        eprintln!(
+            "waverunner: WARNING: cannot attach the pass-through XDP program to {ns} ({e}); \
+             an xdp replica behind it cannot send (XDP_TX)"
+        );
+    }
     ip(&[
         "-n",
         ns,

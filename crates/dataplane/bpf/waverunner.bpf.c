@@ -324,7 +324,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	}
 	com = bpf_ringbuf_reserve(&wr_ring, sizeof(struct wr_rec_hdr), 0);
 	if (!com) {
-		bpf_ringbuf_discard(ent, BPF_RB_NO_WAKEUP);
+		bpf_ringbuf_discard(ent, 0);
 		cnt->ring_full++;
 		return XDP_DROP;
 	}
@@ -406,10 +406,15 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		cnt->dropped++;
 
 	/* Records, in the order the handler produced them: entry, then commit. */
+	/*
+	 * A discard wakes the reader too (flag 0, not NO_WAKEUP): the kernel wakes the reader only
+	 * for a record right at its position, so a silent discard there would leave every later
+	 * record unannounced until the reader's poll timeout.
+	 */
 	if (out->actions & FP_ACT_RING_ENTRY)
 		bpf_ringbuf_submit(ent, 0);
 	else
-		bpf_ringbuf_discard(ent, BPF_RB_NO_WAKEUP);
+		bpf_ringbuf_discard(ent, 0);
 	if (out->actions & FP_ACT_RING_COMMIT) {
 		com->kind = WR_REC_COMMIT;
 		com->flags = replied ? WR_COMMIT_REPLIED : 0;
@@ -423,7 +428,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		com->reserved = 0;
 		bpf_ringbuf_submit(com, 0);
 	} else {
-		bpf_ringbuf_discard(com, BPF_RB_NO_WAKEUP);
+		bpf_ringbuf_discard(com, 0);
 	}
 	return verdict;
 }

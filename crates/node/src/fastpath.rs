@@ -217,7 +217,17 @@ pub fn open(
             ),
             "udp",
         ),
-        DataPlaneKind::Xdp => return Err(xdp_unavailable(&dcfg)),
+        DataPlaneKind::Xdp => (
+            Box::new(dp::xdp::XdpDataPlane::open(&dcfg, hooks).map_err(|e| {
+                format!(
+                    "cannot start the xdp data plane on {:?} ({bind}): {e}; it needs root, \
+                     native XDP on that interface, and a kernel with BPF ring buffers \
+                     (use dataplane = \"udp\" on hosts without XDP)",
+                    dcfg.interface
+                )
+            })?),
+            "xdp",
+        ),
         DataPlaneKind::Off => return Err("no data plane configured".into()),
     };
     Ok(DpHost {
@@ -237,14 +247,6 @@ pub fn open(
         remote_pending: Default::default(),
         wake_pending,
     })
-}
-
-// Replaced by the XDP data plane once `waverunner_dataplane::xdp` has landed.
-fn xdp_unavailable(c: &dp::Config) -> String {
-    format!(
-        "the xdp data plane ({:?}) is not built yet; use dataplane = \"udp\"",
-        c.interface
-    )
 }
 
 impl DpHost {

@@ -254,19 +254,63 @@ impl Status {
         );
         let f = &self.fastpath;
         for (name, help, v) in [
-            ("dataplane_enabled_term", "Term the data plane was enabled in.", f.enabled_term),
+            (
+                "dataplane_enabled_term",
+                "Term the data plane was enabled in.",
+                f.enabled_term,
+            ),
             ("dataplane_enables_total", "Data-plane enables.", f.enables),
-            ("dataplane_handled_total", "Packets the data plane handled.", f.handled),
-            ("dataplane_punted_total", "Packets passed to the host.", f.punted),
-            ("dataplane_dropped_total", "Packets the data plane dropped.", f.dropped),
-            ("dataplane_retx_requests_total", "Retransmission requests sent.", f.retx_requests),
-            ("dataplane_retransmitted_total", "Entries retransmitted by the host.", f.retransmitted),
-            ("dataplane_client_replies_total", "Client replies sent by the data plane.", f.client_replies),
-            ("dataplane_host_replies_total", "Client replies sent by the host for data-plane entries.", f.host_replies),
-            ("dataplane_ring_full_total", "Packets dropped: log ring full.", f.ring_full),
+            (
+                "dataplane_handled_total",
+                "Packets the data plane handled.",
+                f.handled,
+            ),
+            (
+                "dataplane_punted_total",
+                "Packets passed to the host.",
+                f.punted,
+            ),
+            (
+                "dataplane_dropped_total",
+                "Packets the data plane dropped.",
+                f.dropped,
+            ),
+            (
+                "dataplane_retx_requests_total",
+                "Retransmission requests sent.",
+                f.retx_requests,
+            ),
+            (
+                "dataplane_retransmitted_total",
+                "Entries retransmitted by the host.",
+                f.retransmitted,
+            ),
+            (
+                "dataplane_client_replies_total",
+                "Client replies sent by the data plane.",
+                f.client_replies,
+            ),
+            (
+                "dataplane_host_replies_total",
+                "Client replies sent by the host for data-plane entries.",
+                f.host_replies,
+            ),
+            (
+                "dataplane_ring_full_total",
+                "Packets dropped: log ring full.",
+                f.ring_full,
+            ),
             ("dataplane_halts_total", "Handler halts.", f.halts),
-            ("dataplane_malformed_total", "Malformed fast-path packets.", f.malformed),
-            ("dataplane_heartbeats_total", "Idle heartbeats through the data plane.", f.heartbeats),
+            (
+                "dataplane_malformed_total",
+                "Malformed fast-path packets.",
+                f.malformed,
+            ),
+            (
+                "dataplane_heartbeats_total",
+                "Idle heartbeats through the data plane.",
+                f.heartbeats,
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -274,7 +318,10 @@ impl Status {
             );
         }
         for (reason, v) in &f.disables {
-            let _ = writeln!(out, "waverunner_dataplane_disables_total{{reason=\"{reason}\"}} {v}");
+            let _ = writeln!(
+                out,
+                "waverunner_dataplane_disables_total{{reason=\"{reason}\"}} {v}"
+            );
         }
         let c = &self.counters;
         for (name, help, v) in [
