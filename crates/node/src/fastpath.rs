@@ -67,6 +67,10 @@ pub struct DpHost {
     pub heartbeats: u64,
     /// The term of the last enable.
     pub enabled_term: u64,
+    /// Ring entries that arrived before an entry of a lower index, by index.
+    pub reorder: BTreeMap<u64, dp::RingEntry>,
+    /// Commit records waiting for their entry: index → the data plane replied.
+    pub commits: BTreeMap<u64, bool>,
     /// Leader: entries other replicas forwarded, not yet committed (bounded by the ring).
     pub remote_pending: std::collections::BTreeSet<u64>,
     /// A wake-up for the replica loop is queued (coalesces ring wake-ups).
@@ -245,6 +249,8 @@ pub fn open(
         heartbeats: 0,
         enabled_term: 0,
         remote_pending: Default::default(),
+        reorder: BTreeMap::new(),
+        commits: BTreeMap::new(),
         wake_pending,
     })
 }

@@ -1344,6 +1344,8 @@ impl<S: StateMachine> Replica<S> {
                 d.acked_persisted = r.last_index;
                 d.clients.clear();
                 d.remote_pending.clear();
+                d.reorder.clear();
+                d.commits.clear();
                 d.plane
                     .enable(&regs, &peers)
                     .map_err(|e| Fatal(format!("cannot enable the {} data plane: {e}", d.kind)))?;
@@ -1390,68 +1392,92 @@ impl<S: StateMachine> Replica<S> {
         let mut recs = std::mem::take(&mut d.records);
         d.plane.drain(&mut recs);
         let leader = self.raft.role() == Role::Leader;
-        // Followers learn the commit index from the next append. When an entry another
-        // replica waits for (it forwarded the request) commits and no append follows it in
-        // this batch, the leader pushes an empty one at once instead of at the next idle
-        // heartbeat (a tick later).
-        let mut announce = false;
+        // XDP runs on every CPU: records of handler calls on different CPUs can reach the
+        // ring in another order than the handler produced them (the ring slot is reserved
+        // before the handler's lock). Entries are fed by index, commits once their entry is in.
         for rec in recs.drain(..) {
             match rec {
                 RingRecord::Entry(e) => {
-                    announce = false;
-                    if leader && e.flags & fp::F_HEARTBEAT == 0 && e.payload.len() >= 9 {
-                        let origin = u64::from_le_bytes(e.payload[1..9].try_into().expect("8"));
-                        if origin != 0 && origin != self.cfg.id {
-                            if let Some(d) = self.dp.as_mut() {
-                                d.remote_pending.insert(e.index);
-                            }
-                        }
-                    }
-                    if leader && e.flags & fp::F_HEARTBEAT == 0 {
-                        let native = e.payload.first() == Some(&waverunner_dataplane::ENVELOPE_TAG)
-                            && e.payload.len() >= 9
-                            && e.payload[1..9] == [0; 8];
-                        if let (Some(source), true) = (e.source, native) {
-                            let c = DpClient {
-                                source,
-                                client: e.from,
-                                seq: e.seq,
-                                replied: false,
-                            };
-                            if let Some(d) = self.dp.as_mut() {
-                                d.remember(e.index, c);
-                            }
-                        }
-                    }
-                    let entry = Entry {
-                        term: e.term,
-                        index: e.index,
-                        kind: EntryKind::Normal,
-                        data: e.payload,
-                    };
-                    if let Err(err) = self.raft.dataplane_append(entry) {
-                        tracing::error!(
-                            "node {}: refused ring entry {}: {err}",
-                            self.cfg.id,
-                            e.index
-                        );
-                    }
+                    d.reorder.insert(e.index, e);
                 }
                 RingRecord::Commit { index, replied } => {
-                    if let Some(d) = self.dp.as_mut() {
-                        while d.remote_pending.first().is_some_and(|&i| i <= index) {
-                            d.remote_pending.pop_first();
-                            announce = true;
-                        }
-                    }
-                    if replied {
-                        if let Some(c) = self.dp.as_mut().and_then(|d| d.clients.get_mut(&index)) {
-                            c.replied = true;
-                        }
-                    }
-                    self.raft.dataplane_commit(index);
+                    *d.commits.entry(index).or_default() |= replied;
                 }
             }
+        }
+        let mut entries = Vec::new();
+        let mut next = self.raft.last_index() + 1;
+        while let Some(e) = d.reorder.remove(&next) {
+            entries.push(e);
+            next += 1;
+        }
+        while d.reorder.first_key_value().is_some_and(|(&i, _)| i < next) {
+            let (i, _) = d.reorder.pop_first().expect("non-empty");
+            tracing::error!(
+                "node {}: ring entry {i} is behind the log; dropped",
+                self.cfg.id
+            );
+        }
+        let mut commits = Vec::new();
+        while d.commits.first_key_value().is_some_and(|(&c, _)| c < next) {
+            commits.push(d.commits.pop_first().expect("non-empty"));
+        }
+        let stuck = d.reorder.len() > waverunner_dataplane::RING_CAPACITY;
+        // Followers learn the commit index from the next append. When an entry another
+        // replica waits for (it forwarded the request) commits and no append follows it, the
+        // leader pushes an empty one at once instead of at the next idle heartbeat.
+        let mut announce = false;
+        for e in entries {
+            if leader && e.flags & fp::F_HEARTBEAT == 0 && e.payload.len() >= 9 {
+                let origin = u64::from_le_bytes(e.payload[1..9].try_into().expect("8"));
+                let d = self.dp.as_mut().expect("data plane");
+                if origin != 0 && origin != self.cfg.id {
+                    d.remote_pending.insert(e.index);
+                }
+                let native = e.payload[0] == waverunner_dataplane::ENVELOPE_TAG && origin == 0;
+                if let (Some(source), true) = (e.source, native) {
+                    let c = DpClient {
+                        source,
+                        client: e.from,
+                        seq: e.seq,
+                        replied: false,
+                    };
+                    d.remember(e.index, c);
+                }
+            }
+            let entry = Entry {
+                term: e.term,
+                index: e.index,
+                kind: EntryKind::Normal,
+                data: e.payload,
+            };
+            if let Err(err) = self.raft.dataplane_append(entry) {
+                tracing::error!(
+                    "node {}: refused ring entry {}: {err}",
+                    self.cfg.id,
+                    e.index
+                );
+            }
+        }
+        for (index, replied) in commits {
+            let d = self.dp.as_mut().expect("data plane");
+            while d.remote_pending.first().is_some_and(|&i| i <= index) {
+                d.remote_pending.pop_first();
+                announce = index == self.raft.last_index();
+            }
+            if replied {
+                if let Some(c) = d.clients.get_mut(&index) {
+                    c.replied = true;
+                }
+            }
+            self.raft.dataplane_commit(index);
+        }
+        if stuck {
+            tracing::error!(
+                "node {}: ring entries wait for a missing one; disabling the data plane",
+                self.cfg.id
+            );
+            self.raft.dataplane_halted(DisableReason::Host);
         }
         if let Some(d) = self.dp.as_mut() {
             d.records = recs;
@@ -1465,7 +1491,8 @@ impl<S: StateMachine> Replica<S> {
             if let Some(d) = self.dp.as_ref() {
                 let r = d.plane.registers();
                 if r.enabled == 0 && r.halt_reason != 0 {
-                    self.raft.dataplane_halted(fpath::halt_reason(r.halt_reason));
+                    self.raft
+                        .dataplane_halted(fpath::halt_reason(r.halt_reason));
                 }
             }
         }
