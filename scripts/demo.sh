@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # The main job (`make run`): a local 3-replica cluster, a mixed workload through the native
 # client library and through redis-cli / redis-benchmark, the cluster's status, then `down`.
-# As root the replicas run in network namespaces on a bridge and the clients in their own
-# namespace; otherwise everything runs on loopback ports.
+# As root the replicas run in network namespaces on a bridge with the XDP data plane, and the
+# clients in their own namespace; otherwise everything runs on loopback ports with the
+# user-space (udp) data plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W="$PWD/target/release/waverunner"
 DIR="$(mktemp -d)/cluster"
 trap '"$W" down --dir "$DIR" >/dev/null 2>&1 || true; rmdir "$(dirname "$DIR")" 2>/dev/null || true' EXIT
 
-"$W" up --nodes 3 --dir "$DIR"
+if [ "$(id -u)" = 0 ]; then DP=xdp; else DP=udp; fi
+"$W" up --nodes 3 --durability memory --dataplane "$DP" --dir "$DIR"
+# The leader enables acceleration once every replica is in sync (a second election round).
+for _ in $(seq 50); do
+  "$W" status --dir "$DIR" --json | python3 -c '
+import json, sys
+s = [x for x in json.load(sys.stdin) if x]
+sys.exit(0 if s and all(x["dataplane_enabled"] for x in s) else 1)' && break
+  sleep 0.1
+done
 
 # Clients run in the clients' namespace when the cluster has one.
 IN_CLIENT=()
