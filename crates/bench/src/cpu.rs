@@ -74,6 +74,17 @@ pub fn process(pid: u32) -> Result<u64, String> {
     parse_pid_stat(&fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?)
 }
 
+/// User + system time of the processes `pids` that still run, summed, in clock ticks.
+pub fn processes(pids: &[u32]) -> u64 {
+    pids.iter().filter_map(|&p| process(p).ok()).sum()
+}
+
+/// The share (percent of all CPUs) of `busy` ticks, out of `busy + idle`, not spent by `ours`.
+pub fn background_pct(busy: u64, idle: u64, ours: u64) -> Option<f64> {
+    let all = busy + idle;
+    (all > 0).then(|| busy.saturating_sub(ours) as f64 * 100.0 / all as f64)
+}
+
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
 pub fn ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -130,6 +141,10 @@ mod tests {
         machine().unwrap();
         process(std::process::id()).unwrap();
         assert_eq!(us_per_op(0, 0), None);
+        assert!(processes(&[std::process::id(), u32::MAX]) >= process(std::process::id()).unwrap());
+        assert_eq!(background_pct(50, 150, 30), Some(10.0));
+        assert_eq!(background_pct(50, 150, 80), Some(0.0));
+        assert_eq!(background_pct(0, 0, 0), None);
         assert!(us_per_op(ticks_per_second(), 1_000).unwrap() > 999.0);
     }
 }

@@ -32,6 +32,10 @@ pub struct Row {
     pub machine_cpu_us: Option<f64>,
     /// The softirq part of `machine_cpu_us` (where XDP runs), µs.
     pub softirq_us: Option<f64>,
+    /// CPU the machine spent on anything but the replicas and the benchmark itself during
+    /// the run, in percent of all CPUs (other people's builds on a shared machine): how noisy
+    /// the row is.
+    pub background_pct: Option<f64>,
     /// Anything unusual during the run (a leader change, the data plane disabled, …).
     pub note: String,
 }
@@ -139,13 +143,13 @@ pub fn render_mode(m: &ModeResult) -> String {
         }
         Outcome::Ran { rows, stop } => {
             s.push_str(
-                "| offered/s | achieved/s | errors | e2e p50 / p90 / p99 (µs) | replication p50 / p90 / p99 (µs) | leader CPU µs/write | machine CPU µs/write (softirq) | note |\n\
-                 |---:|---:|---:|---|---|---:|---:|---|\n",
+                "| offered/s | achieved/s | errors | e2e p50 / p90 / p99 (µs) | replication p50 / p90 / p99 (µs) | leader CPU µs/write | machine CPU µs/write (softirq) | other load | note |\n\
+                 |---:|---:|---:|---|---|---:|---:|---:|---|\n",
             );
             for r in rows {
                 let _ = writeln!(
                     s,
-                    "| {} | {:.0} | {:.2}% | {} | {} | {} | {} ({}) | {} |",
+                    "| {} | {:.0} | {:.2}% | {} | {} | {} | {} ({}) | {}% | {} |",
                     r.offered,
                     r.achieved,
                     r.error_fraction() * 100.0,
@@ -154,6 +158,7 @@ pub fn render_mode(m: &ModeResult) -> String {
                     opt(r.leader_cpu_us, 1),
                     opt(r.machine_cpu_us, 1),
                     opt(r.softirq_us, 1),
+                    opt(r.background_pct, 0),
                     r.note
                 );
             }

@@ -187,15 +187,23 @@ fn replication(a: &ReplicationArgs) -> Result<(), String> {
 /// What ran: the command and the workload.
 fn setup(command: &str, w: &Workload, a: &ReplicationArgs) -> String {
     let (payload, udp) = request_sizes(w.value_size);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
     format!(
         "command: `{command}`\n\nrequests: SET of a {}-byte value to one of {KEYS} keys \
          (`key-N`): fast-path payload {payload} bytes (45 of them the entry envelope), UDP \
          payload {udp} bytes; open loop from namespace {} to the leader's native client port, \
          {} ms per offered rate; 3 replicas in network namespaces, durability memory. The floor \
-         echoes {REQUEST_PAYLOAD}-byte UDP payloads.\n",
+         echoes {REQUEST_PAYLOAD}-byte UDP payloads. Machine: {} CPUs, load average {load} \
+         when this was printed.\n",
         w.value_size,
         cluster::CLIENT_NETNS,
-        a.duration_ms
+        a.duration_ms,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     )
 }
 
@@ -446,10 +454,18 @@ fn measure_rate(
         .node(leader)
         .map(|n| n.pid)
         .ok_or("leader not in the cluster file")?;
+    let ours: Vec<u32> = cf
+        .nodes
+        .iter()
+        .map(|n| n.pid)
+        .chain([std::process::id()])
+        .collect();
     let p0 = cpu::process(pid)?;
+    let o0 = cpu::processes(&ours);
     let m0 = cpu::machine()?;
     let r = load(cf, rate, duration, w)?;
     let p1 = cpu::process(pid)?;
+    let o1 = cpu::processes(&ours);
     let m1 = cpu::machine()?;
     let (leader1, s1) = leader_status(cf)?;
 
@@ -489,6 +505,11 @@ fn measure_rate(
         leader_cpu_us: cpu::us_per_op(p1.saturating_sub(p0), commits),
         machine_cpu_us: cpu::us_per_op(m1.busy.saturating_sub(m0.busy), commits),
         softirq_us: cpu::us_per_op(m1.softirq.saturating_sub(m0.softirq), commits),
+        background_pct: cpu::background_pct(
+            m1.busy.saturating_sub(m0.busy),
+            m1.idle.saturating_sub(m0.idle),
+            o1.saturating_sub(o0),
+        ),
         note: notes.join("; "),
     })
 }
