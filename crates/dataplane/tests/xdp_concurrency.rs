@@ -1,0 +1,233 @@
+//! The XDP program on every CPU at once (one thread pinned per CPU, `BPF_PROG_TEST_RUN` in a
+//! loop, bounded in count and time): the handler runs under its spin lock, so the registers,
+//! the emitted frames and the ring agree exactly.
+
+mod xdp_common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use waverunner_dataplane::xdp::{XdpProgram, XDP_DROP, XDP_TX};
+use waverunner_dataplane::RingRecord;
+use waverunner_fastpath::{Header, MsgType, Registers};
+use xdp_common::*;
+
+const PER_CPU: usize = 3000;
+const TIME_LIMIT: Duration = Duration::from_secs(20);
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET on an index below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            rc,
+            0,
+            "pin to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs `body(cpu, i)` on every CPU at once while a drainer empties the ring; returns every
+/// worker's results and the ring records.
+fn on_every_cpu<T: Send>(
+    prog: &XdpProgram,
+    body: impl Fn(usize, usize) -> Option<T> + Sync,
+) -> (Vec<T>, Vec<RingRecord>) {
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let mut results = Vec::new();
+    let mut records = Vec::new();
+    std::thread::scope(|s| {
+        let drainer = s.spawn(|| {
+            let mut recs = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                prog.drain(&mut recs);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            prog.drain(&mut recs);
+            recs
+        });
+        let workers: Vec<_> = (0..cpus())
+            .map(|cpu| {
+                let body = &body;
+                s.spawn(move || {
+                    pin_to(cpu);
+                    let mut out = Vec::new();
+                    for i in 0..PER_CPU {
+                        if start.elapsed() > TIME_LIMIT {
+                            break;
+                        }
+                        if let Some(t) = body(cpu, i) {
+                            out.push(t);
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
+        done.store(true, Ordering::SeqCst); // before any panic below: the drainer must stop
+        records = drainer.join().expect("drainer");
+        for j in joined {
+            results.extend(j.expect("worker"));
+        }
+    });
+    (results, records)
+}
+
+fn entry_indices(records: &[RingRecord]) -> Vec<u64> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            RingRecord::Entry(e) => Some(e.index),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn xdp_leader_on_every_cpu() {
+    if !root_or_skip("xdp_leader_on_every_cpu") {
+        return;
+    }
+    let prog = load(b"ok");
+    let mut regs = Registers {
+        self_id: 1,
+        leader_id: 1,
+        group_id: 7,
+        term: 2,
+        term_start_index: 1,
+        is_leader: 1,
+        enabled: 1,
+        ..Default::default()
+    };
+    regs.set_voters(&[1, 2, 3]);
+    prog.write_registers(&regs);
+
+    let (appends, records) = on_every_cpu(&prog, |cpu, i| {
+        let mut h = Header::of(MsgType::ClientRequest);
+        h.group_id = 7;
+        h.from = 1000 + cpu as u64;
+        h.seq = i as u64 + 1;
+        h.len = 16;
+        let mut pkt = Vec::new();
+        h.encode(&[cpu as u8; 16], &mut pkt);
+        let run = prog.test_run(&frame_from_peer(&pkt)).expect("test run");
+        match run.verdict {
+            XDP_TX => {
+                let (a, payload) = Header::decode(&run.frame[42..]).expect("an APPEND");
+                assert_eq!(a.msg_type(), Some(MsgType::Append));
+                assert_eq!(payload, &[cpu as u8; 16]);
+                Some(a.index) // prev index
+            }
+            v => {
+                assert_eq!(v, XDP_DROP, "only a full ring may drop");
+                None
+            }
+        }
+    });
+    let after = prog.read_registers();
+    let c = prog.counters();
+    let n = appends.len() as u64;
+    eprintln!(
+        "xdp_leader_on_every_cpu: {} CPUs, {n} requests ordered, ring_full {}",
+        cpus(),
+        c.ring_full
+    );
+    assert!(n > 0);
+    assert_eq!(after.last_index, n, "last_index = handled requests");
+    assert_eq!(c.handled, n);
+    let prevs: BTreeSet<u64> = appends.iter().copied().collect();
+    assert_eq!(prevs.len() as u64, n, "every APPEND has its own prev index");
+    assert_eq!(prevs, (0..n).collect(), "prev indexes 0..n");
+    let mut idx = entry_indices(&records);
+    assert_eq!(idx.len() as u64, n, "one ring entry per request");
+    idx.sort_unstable();
+    assert_eq!(idx, (1..=n).collect::<Vec<_>>(), "each index exactly once");
+}
+
+#[test]
+fn xdp_follower_on_every_cpu() {
+    if !root_or_skip("xdp_follower_on_every_cpu") {
+        return;
+    }
+    let prog = load(b"");
+    let mut regs = Registers {
+        self_id: 2,
+        leader_id: 1,
+        group_id: 7,
+        term: 2,
+        enabled: 1,
+        ..Default::default()
+    };
+    regs.set_voters(&[1, 2, 3]);
+    prog.write_registers(&regs);
+
+    let (acks, records) = on_every_cpu(&prog, |_cpu, _i| {
+        // The tail as this CPU last saw it: appends for an older tail are duplicates.
+        let last = prog.read_registers().last_index;
+        let mut h = Header::of(MsgType::Append);
+        h.group_id = 7;
+        h.term = 2;
+        h.from = 1;
+        h.index = last;
+        h.log_term = if last == 0 { 0 } else { 2 };
+        h.commit = last;
+        h.len = 8;
+        let mut pkt = Vec::new();
+        h.encode(&last.to_le_bytes(), &mut pkt);
+        let run = prog.test_run(&frame_from_peer(&pkt)).expect("test run");
+        match run.verdict {
+            XDP_TX => {
+                let (a, _) = Header::decode(&run.frame[42..]).expect("a reply");
+                assert_eq!(a.msg_type(), Some(MsgType::Ack), "no gaps: only acks");
+                assert_eq!(a.index, last + 1);
+                Some(a.index)
+            }
+            v => {
+                assert_eq!(v, XDP_DROP, "a duplicate");
+                None
+            }
+        }
+    });
+    let after = prog.read_registers();
+    let c = prog.counters();
+    let n = acks.len() as u64;
+    eprintln!(
+        "xdp_follower_on_every_cpu: {} CPUs, {n} appends acknowledged, {} duplicates dropped",
+        cpus(),
+        c.dropped
+    );
+    assert!(n > 0);
+    assert_eq!(after.enabled, 1, "no halt");
+    assert_eq!(after.last_index, n, "last_index = acknowledged appends");
+    let set: BTreeSet<u64> = acks.iter().copied().collect();
+    assert_eq!(
+        set,
+        (1..=n).collect(),
+        "each index acknowledged exactly once"
+    );
+    let mut idx = entry_indices(&records);
+    assert_eq!(idx.len() as u64, n, "one ring entry per append");
+    idx.sort_unstable();
+    assert_eq!(idx, (1..=n).collect::<Vec<_>>(), "each index exactly once");
+    for r in &records {
+        if let RingRecord::Entry(e) = r {
+            assert_eq!(
+                e.payload,
+                (e.index - 1).to_le_bytes(),
+                "payload of {}",
+                e.index
+            );
+            assert_eq!(e.source, None, "no source at a follower");
+        }
+    }
+}

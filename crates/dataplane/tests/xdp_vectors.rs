@@ -1,0 +1,210 @@
+//! Every case of `crates/fastpath/vectors/handler.json` through the XDP program with
+//! `BPF_PROG_TEST_RUN` (not live): registers, verdict, the emitted frame byte for byte, and the
+//! ring records (vectors/README.md "handler.json", docs/dataplane.md).
+
+mod xdp_common;
+
+use std::net::SocketAddrV4;
+
+use serde_json::Value;
+use waverunner_dataplane::xdp::{XDP_DROP, XDP_PASS, XDP_TX};
+use waverunner_dataplane::{RingEntry, RingRecord};
+use waverunner_fastpath::{Registers, MAX_NODES};
+use xdp_common::*;
+
+fn hex_decode(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
+        .collect()
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("field {k} missing in {v}"))
+}
+
+fn array8(v: &Value, k: &str) -> [u64; MAX_NODES] {
+    let mut out = [0; MAX_NODES];
+    for (o, x) in out.iter_mut().zip(v[k].as_array().expect("array")) {
+        *o = x.as_u64().expect("u64");
+    }
+    out
+}
+
+fn registers_of(v: &Value) -> Registers {
+    Registers {
+        self_id: u(v, "self_id"),
+        leader_id: u(v, "leader_id"),
+        group_id: u(v, "group_id"),
+        term: u(v, "term"),
+        last_index: u(v, "last_index"),
+        last_term: u(v, "last_term"),
+        commit_index: u(v, "commit_index"),
+        term_start_index: u(v, "term_start_index"),
+        ids: array8(v, "ids"),
+        match_index: array8(v, "match_index"),
+        n_nodes: u(v, "n_nodes") as u32,
+        quorum: u(v, "quorum") as u32,
+        enabled: u(v, "enabled") as u32,
+        is_leader: u(v, "is_leader") as u32,
+        flags: u(v, "flags") as u32,
+        halt_reason: u(v, "halt_reason") as u32,
+        gap_count: u(v, "gap_count") as u32,
+        retx_requests: u(v, "retx_requests") as u32,
+    }
+}
+
+#[test]
+fn xdp_handler_vectors() {
+    if !root_or_skip("xdp_handler_vectors") {
+        return;
+    }
+    let path = format!(
+        "{}/../fastpath/vectors/handler.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read vectors")).expect("json");
+    let cases = doc["cases"].as_array().expect("cases");
+    assert!(cases.len() >= 40);
+    // No blind reply body: the data plane never answers clients here (no client table hits
+    // anyway: every case starts from fresh registers).
+    let prog = load(b"");
+    let peer = SocketAddrV4::new(PEER_IP, 5555);
+    let mut ran = 0;
+    for c in cases {
+        let name = c["name"].as_str().expect("name");
+        let before = registers_of(&c["registers_before"]);
+        let after = registers_of(&c["registers_after"]);
+        let exp = &c["expected"];
+        let actions: Vec<&str> = exp["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a.as_str().expect("action"))
+            .collect();
+        let has = |a: &str| actions.contains(&a);
+        let input = &c["input"];
+        let fields = &input["fields"];
+        let len = u(fields, "len") as usize;
+        let mut payload = hex_decode(input["hex"].as_str().expect("hex"));
+        payload.resize(64 + len, 0);
+        let parses = fields["type"].is_string();
+
+        let mut stale = Vec::new();
+        prog.drain(&mut stale);
+        prog.write_registers(&before);
+        let c0 = prog.counters();
+        let run = prog.test_run(&frame_from_peer(&payload)).expect("test run");
+        let c1 = prog.counters();
+        let mut records = Vec::new();
+        prog.drain(&mut records);
+        let regs = prog.read_registers();
+
+        if !parses {
+            assert_eq!(
+                run.verdict, XDP_PASS,
+                "{name}: refused by fp_parse: to the host"
+            );
+            assert_eq!(regs, before, "{name}: registers unchanged");
+            assert!(records.is_empty(), "{name}: no records");
+            assert_eq!(c1.malformed, c0.malformed + 1, "{name}: malformed");
+            ran += 1;
+            continue;
+        }
+        assert_eq!(regs, after, "{name}: registers after");
+        let want_verdict = if has("TO_HOST") {
+            XDP_PASS
+        } else if has("BROADCAST") || has("REPLY") {
+            XDP_TX
+        } else {
+            XDP_DROP
+        };
+        assert_eq!(run.verdict, want_verdict, "{name}: verdict for {actions:?}");
+        assert_eq!(
+            c1.halts - c0.halts,
+            has("HALT") as u64,
+            "{name}: halts counter"
+        );
+        if has("TO_HOST") {
+            assert_eq!(c1.punted, c0.punted + 1, "{name}: punted");
+            assert_eq!(
+                run.frame,
+                frame_from_peer(&payload),
+                "{name}: passed untouched"
+            );
+        } else {
+            assert_eq!(c1.handled, c0.handled + 1, "{name}: handled");
+        }
+        if want_verdict == XDP_DROP {
+            assert_eq!(c1.dropped, c0.dropped + 1, "{name}: dropped");
+        }
+
+        let f = &run.frame;
+        if let Value::Object(m) = &exp["msg"] {
+            let hex = hex_decode(m["hex"].as_str().expect("msg hex"));
+            assert!(f.len() >= 106, "{name}: frame of {} bytes", f.len());
+            assert_eq!(&f[42..106], &hex[..], "{name}: emitted header bytes");
+            assert!(ipv4_checksum_ok(f), "{name}: IPv4 checksum");
+            assert_eq!(&f[6..12], &SELF_MAC, "{name}: from our MAC");
+            assert_eq!(&f[26..30], &SELF_IP.octets(), "{name}: from our IP");
+            assert_eq!(&f[34..36], &PORT.to_be_bytes(), "{name}: from our port");
+            assert_eq!(&f[40..42], &[0, 0], "{name}: UDP checksum 0");
+            let udp_len = u16::from_be_bytes([f[38], f[39]]) as usize;
+            let ip_len = u16::from_be_bytes([f[16], f[17]]) as usize;
+            if has("BROADCAST") {
+                assert_eq!(f.len(), 106 + len, "{name}: APPEND carries the payload");
+                assert_eq!(&f[106..], &payload[64..], "{name}: payload");
+                let g = GROUP.octets();
+                assert_eq!(
+                    &f[0..6],
+                    &[0x01, 0x00, 0x5e, g[1] & 0x7f, g[2], g[3]],
+                    "{name}: group MAC"
+                );
+                assert_eq!(&f[30..34], &g, "{name}: to the group");
+                assert_eq!(
+                    &f[36..38],
+                    &PORT.to_be_bytes(),
+                    "{name}: to the fast-path port"
+                );
+            } else {
+                assert_eq!(f.len(), 106, "{name}: a reply has no payload");
+                assert_eq!(&f[0..6], &PEER_MAC, "{name}: back to the sender's MAC");
+                assert_eq!(&f[30..34], &PEER_IP.octets(), "{name}: back to the sender");
+                assert_eq!(
+                    &f[36..38],
+                    &5555u16.to_be_bytes(),
+                    "{name}: to the sender's port"
+                );
+            }
+            assert_eq!(udp_len, f.len() - 34, "{name}: UDP length");
+            assert_eq!(ip_len, f.len() - 14, "{name}: IP total length");
+        }
+
+        let out = &exp["out"];
+        let mut want = Vec::new();
+        if has("RING_ENTRY") {
+            want.push(RingRecord::Entry(RingEntry {
+                index: u(out, "entry_index"),
+                term: u(out, "entry_term"),
+                flags: u(fields, "flags") as u16,
+                from: u(fields, "from"),
+                seq: u(fields, "seq"),
+                source: (fields["type"] == "CLIENT_REQUEST").then_some(peer),
+                payload: vec![0; len],
+            }));
+        }
+        if has("RING_COMMIT") {
+            want.push(RingRecord::Commit {
+                index: u(out, "commit_index"),
+                replied: false,
+            });
+        }
+        assert_eq!(records, want, "{name}: ring records");
+        ran += 1;
+    }
+    assert_eq!(prog.counters().ring_full, 0, "ring_full never");
+    eprintln!("xdp_handler_vectors: {ran} cases through the XDP program");
+}
+
