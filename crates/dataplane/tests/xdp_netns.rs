@@ -119,15 +119,18 @@ fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// What a replica's host received: (source, UDP payload).
+type HostLog = Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>>;
+
 struct Replica {
     dp: XdpDataPlane,
     wakes: Arc<AtomicU64>,
-    host: Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>>,
+    host: HostLog,
 }
 
 fn open(i: usize) -> Replica {
     let wakes = Arc::new(AtomicU64::new(0));
-    let host: Arc<Mutex<Vec<(SocketAddr, Vec<u8>)>>> = Arc::default();
+    let host: HostLog = Arc::default();
     let hooks = Hooks {
         wake: {
             let w = Arc::clone(&wakes);
