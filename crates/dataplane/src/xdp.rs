@@ -206,11 +206,12 @@ impl XdpProgram {
         unsafe { &*std::ptr::addr_of_mut!((*self.regs_ptr()).enabled).cast::<AtomicU32>() }
     }
 
-    /// Writes the registers: `enabled` is cleared first and written last (after a fence), so
-    /// the program never runs on half-written registers. Only while disabled or for tests.
+    /// Writes the registers: `enabled` is cleared first (and every invocation in flight
+    /// waited for, as in [`XdpProgram::disable`]) and written last, after a fence, so the
+    /// handler never runs on half-written registers.
     pub fn write_registers(&self, regs: &fp::Registers) {
         let en = self.enabled_word();
-        en.store(0, Ordering::SeqCst);
+        self.disable();
         let mut r = *regs;
         r.enabled = 0;
         // SAFETY: aligned pointer into the mapped .bss.

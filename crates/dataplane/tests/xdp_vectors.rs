@@ -207,4 +207,3 @@ fn xdp_handler_vectors() {
     assert_eq!(prog.counters().ring_full, 0, "ring_full never");
     eprintln!("xdp_handler_vectors: {ran} cases through the XDP program");
 }
-
