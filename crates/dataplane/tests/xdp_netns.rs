@@ -409,5 +409,20 @@ fn xdp_three_replicas_in_namespaces() {
         last,
         "nothing handled while off"
     );
+    let xdp_attached = |ns: &str| {
+        let out = Command::new("ip")
+            .args(["-n", ns, "-d", "link", "show", "eth0"])
+            .output()
+            .expect("ip link show");
+        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+    };
+    assert!(
+        NODES.iter().all(|ns| xdp_attached(ns)),
+        "attached while open"
+    );
     drop(reps);
+    // Dropped: the program is detached from every replica's interface.
+    for ns in NODES {
+        assert!(!xdp_attached(ns), "{ns}: XDP still attached after drop");
+    }
 }
