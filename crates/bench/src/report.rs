@@ -38,6 +38,9 @@ pub struct Row {
     pub background_pct: Option<f64>,
     /// Anything unusual during the run (a leader change, the data plane disabled, …).
     pub note: String,
+    /// The leader or term changed, or the data plane was disabled, during the run: the row
+    /// does not measure the mode it is listed under and takes no part in the verdicts.
+    pub disrupted: bool,
 }
 
 impl Row {
@@ -51,9 +54,10 @@ impl Row {
         }
     }
 
-    /// Whether the run is usable for a comparison: requests answered, few errors.
+    /// Whether the run is usable for a comparison: requests answered, few errors, no leader
+    /// change and no hand-off during it.
     pub fn healthy(&self) -> bool {
-        self.ok > 0 && self.error_fraction() <= MAX_ERROR_FRACTION
+        !self.disrupted && self.ok > 0 && self.error_fraction() <= MAX_ERROR_FRACTION
     }
 }
 
@@ -459,6 +463,15 @@ mod tests {
         // Nothing measured: no verdict, not a panic.
         let v = verdicts(None, &[]);
         assert!(v.iter().all(|x| x.met.is_none()));
+        // A disrupted row takes no part.
+        let mut modes = modes;
+        if let Outcome::Ran { rows, .. } = &mut modes[0].outcome {
+            rows[0].disrupted = true;
+        }
+        let v = verdicts(Some(&floor), &modes);
+        assert_eq!(v[0].value, Some(1.2));
+        assert_eq!(v[1].value, Some(14_000.0 / 12_000.0));
+        assert_eq!(v[2].value, Some(5.0));
         assert!(render_mode(&ModeResult {
             mode: "udp".into(),
             outcome: Outcome::NotEnabled("x".into())

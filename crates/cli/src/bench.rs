@@ -367,11 +367,20 @@ fn run_mode(
             row.replication.map_or(0, |q| q.p50) / 1_000,
         );
         let previous: Vec<f64> = rows.iter().map(|r| r.achieved).collect();
-        let s = sweep::should_stop(&previous, row.achieved, row.error_fraction());
+        let mut s = sweep::should_stop(&previous, row.achieved, row.error_fraction())
+            .map(|s| s.to_string());
+        let disrupted = row.disrupted;
         rows.push(row);
+        // The data plane handed off during the rate: measure the next rate only once it is
+        // back on (and the new leader's histogram and CPU are the ones read).
+        if s.is_none() && disrupted && kind != DataPlaneKind::Off {
+            if let Err(why) = wait_enabled(&cf, Duration::from_millis(a.enable_timeout_ms)) {
+                s = Some(format!("the data plane did not come back: {why}"));
+            }
+        }
         if let Some(s) = s {
             if i + 1 < rates.len() {
-                stop = Some(s.to_string());
+                stop = Some(s);
             }
             break;
         }
@@ -471,7 +480,9 @@ fn measure_rate(
 
     let commits = s1.commit_index.saturating_sub(s0.commit_index);
     let mut notes = Vec::new();
+    let mut disrupted = false;
     if leader1 != leader || s1.term != s0.term {
+        disrupted = true;
         notes.push(format!(
             "leader/term changed: {leader}@{} → {leader1}@{}",
             s0.term, s1.term
@@ -480,6 +491,7 @@ fn measure_rate(
     if kind != DataPlaneKind::Off {
         let disables = |s: &StatusView| s.fastpath.disables.values().sum::<u64>();
         if !s1.dataplane_enabled || disables(&s1) != disables(&s0) {
+            disrupted = true;
             notes.push(format!(
                 "data plane disabled during the run (last reason `{}`)",
                 s1.fastpath.last_disable_reason
@@ -511,6 +523,7 @@ fn measure_rate(
             o1.saturating_sub(o0),
         ),
         note: notes.join("; "),
+        disrupted,
     })
 }
 
