@@ -43,8 +43,14 @@
 //! # Limits
 //!
 //! Both mechanisms sit in the namespace's kernel stack, behind XDP: packets a replica's XDP data
-//! plane consumes or transmits (`XDP_TX`) on `eth0` bypass netfilter and TC there, so with
-//! `--dataplane xdp` partitions, loss and delay only affect the software paths.
+//! plane consumes or transmits (`XDP_TX`) on `eth0` bypass netfilter and TC there. So partitions
+//! are also applied **at the bridge** (nftables table `bridge waverunner_chaos` in the host
+//! namespace: a set of (port, source address) dropped in the forward hook, the port being the
+//! host end of the receiver's veth), which every frame between replicas crosses, the xdp
+//! leader's multicast appends and `XDP_TX`'d acknowledgements included; and
+//! [`Net::loss_at_bridge`] moves loss there too (a `numgen random` draw per frame on the
+//! replica's port, `oifname` for its ingress, `iifname` for its egress). Delay stays on `eth0`:
+//! with `--dataplane xdp` it only delays the software paths.
 //!
 //! Everything is idempotent; [`Net::heal_all`] removes our nftables tables, BPF filters and taps
 //! from every namespace this [`Net`] knows, and by default dropping the [`Net`] does so too
@@ -284,6 +290,7 @@ fn err(msg: impl Into<String>) -> NetError {
 pub struct Net {
     nodes: Vec<NodeSpec>,
     heal_on_drop: bool,
+    loss_at_bridge: bool,
     state: Mutex<State>,
 }
 
@@ -293,6 +300,8 @@ struct State {
     touched: BTreeSet<String>,
     /// Delay pumps by namespace.
     pumps: HashMap<String, Pump>,
+    /// Loss injected at the bridge ([`Net::loss_at_bridge`]): (namespace, direction) → ppm.
+    bridge_loss: std::collections::BTreeMap<(String, usize), u32>,
 }
 
 impl Net {
@@ -301,6 +310,7 @@ impl Net {
         Net {
             nodes,
             heal_on_drop: true,
+            loss_at_bridge: false,
             state: Mutex::new(State::default()),
         }
     }
@@ -309,6 +319,15 @@ impl Net {
     /// pumps are threads of this process).
     pub fn keep_on_drop(mut self) -> Net {
         self.heal_on_drop = false;
+        self
+    }
+
+    /// Inject loss on the replica's port of the bridge (host end of its veth, nftables in the
+    /// host namespace) instead of with the BPF program on `eth0`: the only place that also sees
+    /// what an XDP data plane sends with `XDP_TX` and what it consumes before TC ingress (see
+    /// the module's *Limits*). Delay stays on `eth0`.
+    pub fn loss_at_bridge(mut self) -> Net {
+        self.loss_at_bridge = true;
         self
     }
 
@@ -408,6 +427,15 @@ impl Net {
             return Err(err(format!("loss of {ppm} ppm is more than 100 %")));
         }
         let mut st = self.lock();
+        if self.loss_at_bridge && host_link_exists(&node.netns) {
+            let k = (node.netns.clone(), dir.index());
+            if ppm == 0 {
+                st.bridge_loss.remove(&k);
+            } else {
+                st.bridge_loss.insert(k, ppm);
+            }
+            return write_bridge_loss(&st);
+        }
         if ppm == 0 && attached_maps(&node.netns)?.is_none() {
             return Ok(()); // nothing to undo: do not attach anything for it
         }
@@ -504,7 +532,13 @@ impl Net {
         let mut st = self.lock();
         let a = clear_all_locked(self, &mut st);
         let b = heal_partitions_locked(self, &mut st);
-        a.and(b)
+        let c = if self.nodes.iter().any(|n| host_link_exists(&n.netns)) {
+            let t = BRIDGE_TABLE;
+            nft_host(&format!("add table bridge {t}\ndelete table bridge {t}\n")).map(|_| ())
+        } else {
+            Ok(())
+        };
+        a.and(b).and(c)
     }
 }
 
@@ -532,7 +566,15 @@ impl Drop for Net {
 }
 
 fn heal_partitions_locked(net: &Net, st: &mut State) -> Result<()> {
-    let mut first = Ok(());
+    let mut first = if net.nodes.iter().any(|n| host_link_exists(&n.netns)) {
+        nft_host(&format!(
+            "{}flush set bridge {BRIDGE_TABLE} blocked\n",
+            bridge_base()
+        ))
+        .map(|_| ())
+    } else {
+        Ok(())
+    };
     for ns in net.namespaces(st) {
         if !netns_exists(&ns) {
             continue;
@@ -550,7 +592,13 @@ fn heal_partitions_locked(net: &Net, st: &mut State) -> Result<()> {
 }
 
 fn clear_all_locked(net: &Net, st: &mut State) -> Result<()> {
-    let mut first = Ok(());
+    // Loss at the bridge: every rule goes (also those a `Net` of an earlier fault set).
+    st.bridge_loss.clear();
+    let mut first = if net.nodes.iter().any(|n| host_link_exists(&n.netns)) {
+        write_bridge_loss(st)
+    } else {
+        Ok(())
+    };
     for ns in net.namespaces(st) {
         let r = clear_locked(st, &ns);
         if first.is_ok() {
@@ -561,6 +609,10 @@ fn clear_all_locked(net: &Net, st: &mut State) -> Result<()> {
 }
 
 fn clear_locked(st: &mut State, ns: &str) -> Result<()> {
+    if st.bridge_loss.keys().any(|(n, _)| n == ns) {
+        st.bridge_loss.retain(|(n, _), _| n != ns);
+        write_bridge_loss(st)?;
+    }
     let pump = st.pumps.remove(ns);
     if !netns_exists(ns) {
         if let Some(p) = pump {
@@ -640,7 +692,92 @@ fn block_from(st: &mut State, node: &NodeSpec, ips: &[Ipv4Addr]) -> Result<()> {
             ips.join(", ")
         );
     }
-    nft(&node.netns, &script).map(|_| ())
+    nft(&node.netns, &script)?;
+    // The same at the bridge, on the way to the node: the namespace's input hook runs after
+    // its XDP program, which consumes (and answers with XDP_TX) the data plane's packets.
+    if host_link_exists(&node.netns) && !ips.is_empty() {
+        let elems: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("\"{}\" . {ip}", node.netns))
+            .collect();
+        nft_host(&format!(
+            "{}add element bridge {BRIDGE_TABLE} blocked {{ {} }}\n",
+            bridge_base(),
+            elems.join(", ")
+        ))?;
+    }
+    Ok(())
+}
+
+/// Our nftables table (family `bridge`) in the host namespace: partitions and loss on the
+/// bridge ports, where every frame of a replica passes, XDP_TX'd ones included. A replica's
+/// port is the host end of its veth, named like its namespace (`waverunner up`).
+pub const BRIDGE_TABLE: &str = "waverunner_chaos";
+
+/// Whether the host end of `ns`'s veth exists in this (the host) namespace.
+fn host_link_exists(ns: &str) -> bool {
+    Path::new("/sys/class/net").join(ns).exists()
+}
+
+/// Creates the bridge table, its `blocked` set (port . source address) and chains if missing.
+fn bridge_base() -> String {
+    let t = BRIDGE_TABLE;
+    format!(
+        "add table bridge {t}\n\
+         add set bridge {t} blocked {{ type ifname . ipv4_addr; }}\n\
+         add chain bridge {t} loss\n\
+         add chain bridge {t} forward {{ type filter hook forward priority -300; policy accept; }}\n\
+         flush chain bridge {t} forward\n\
+         add rule bridge {t} forward oifname . ip saddr @blocked counter drop\n\
+         add rule bridge {t} forward jump loss\n"
+    )
+}
+
+/// Rewrites the bridge's loss chain from `st.bridge_loss`: a random draw per frame, on the
+/// way to the replica (ingress) or from it (egress).
+fn write_bridge_loss(st: &State) -> Result<()> {
+    let t = BRIDGE_TABLE;
+    // `loss` must exist before `forward` jumps to it.
+    let mut script = format!("{}flush chain bridge {t} loss\n", bridge_base());
+    for ((ns, dir), ppm) in &st.bridge_loss {
+        let port = if *dir == Direction::Ingress.index() {
+            "oifname"
+        } else {
+            "iifname"
+        };
+        script += &format!(
+            "add rule bridge {t} loss {port} \"{ns}\" numgen random mod 1000000 < {ppm} counter drop\n"
+        );
+    }
+    nft_host(&script).map(|_| ())
+}
+
+/// Runs an nft script in the host namespace (ours).
+fn nft_host(script: &str) -> Result<String> {
+    let bin = nft_binary()?;
+    let mut child = Command::new(&bin)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("cannot run nft: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| err(format!("nft: writing the script: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| err(format!("nft: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!(
+            "nft failed ({}): {}\nscript:\n{script}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn nft_binary() -> Result<PathBuf> {

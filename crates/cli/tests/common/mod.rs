@@ -55,6 +55,8 @@ pub struct Opts {
     pub request_timeout_ms: Option<u64>,
     /// `--max-connections`.
     pub max_connections: Option<u64>,
+    /// `--dataplane` (`off`, `udp`; `xdp` needs a namespace, not this loopback harness).
+    pub dataplane: Option<&'static str>,
 }
 
 impl Default for Opts {
@@ -66,6 +68,7 @@ impl Default for Opts {
             max_value_bytes: None,
             request_timeout_ms: None,
             max_connections: None,
+            dataplane: None,
         }
     }
 }
@@ -366,6 +369,10 @@ impl Cluster {
                 a.push(flag.into());
                 a.push(v.to_string());
             }
+        }
+        if let Some(dp) = self.opts.dataplane {
+            a.push("--dataplane".into());
+            a.push(dp.into());
         }
         for p in self.nodes.iter().filter(|p| p.id != id) {
             a.push("--peer".into());

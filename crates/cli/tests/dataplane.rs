@@ -1,0 +1,767 @@
+//! The data planes end to end with real replica processes: `udp` on loopback (both
+//! durabilities), failover, restart, pause, membership change and snapshot install with the
+//! data plane on; `udp`, `xdp` and mixed `xdp,udp,udp` in network namespaces; and
+//! `waverunner chaos --dataplane udp|xdp` with every fault kind.
+//!
+//! Each check waits with a bound; every cluster is torn down on failure (`down` from a guard,
+//! or the loopback harness killing its processes on drop). Namespace clusters, XDP and the
+//! network faults need root: without root those tests print `SKIPPED (needs root)` — unless
+//! `CI=true`, where they fail. All take the machine-wide cluster lock: one cluster at a time.
+
+mod cli_harness;
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cli_harness::{cluster_lock, free_base_port, ok, Down};
+use common::{fetch_status, redis, Cluster, Opts, Status};
+use waverunner_client::{Client, Options};
+
+/// How long the data plane may take to come (back) on after an event.
+const ENABLE_WAIT: Duration = Duration::from_secs(30);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// False (after saying so loudly) when the test needs root and does not have it; in CI a
+/// missing root is a failure.
+fn have_root(what: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(!in_ci(), "CI must run {what} as root");
+    eprintln!("\n*** SKIPPED (needs root): {what} ***\n");
+    false
+}
+
+/// Polls `f` every 100 ms until it returns `Ok`, or panics with its last error after `timeout`.
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen:\n{e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn describe(sts: &[Status]) -> String {
+    sts.iter()
+        .map(|s| {
+            format!(
+                "  n{}: {} term {} leader {} commit {} applied {} last {} digest {:016x} dp {} enabled {} state {} enables {} disables {:?} blocker {:?}",
+                s.id,
+                s.role,
+                s.term,
+                s.leader,
+                s.commit_index,
+                s.applied_index,
+                s.last_index,
+                s.digest,
+                s.dataplane,
+                s.dataplane_enabled,
+                s.fastpath.state,
+                s.fastpath.enables,
+                s.fastpath.disables,
+                s.fastpath.blocker
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `/status` of every admin address, or the first error.
+fn statuses(admins: &[SocketAddr]) -> Result<Vec<Status>, String> {
+    admins.iter().map(|&a| fetch_status(a)).collect()
+}
+
+/// Every replica has its data plane on, in one term, under one leader that is among them.
+fn all_enabled(sts: &[Status]) -> Result<(), String> {
+    let first = &sts[0];
+    let good = sts.iter().all(|s| {
+        s.dataplane_enabled
+            && s.fastpath.state == "on"
+            && s.leader != 0
+            && s.leader == first.leader
+            && s.term == first.term
+            && s.fastpath.enabled_term == first.term
+    }) && sts
+        .iter()
+        .any(|s| s.id == first.leader && s.role == "leader");
+    if good {
+        Ok(())
+    } else {
+        Err(describe(sts))
+    }
+}
+
+/// Waits until the data plane is on at every replica of `admins`; returns their statuses.
+fn wait_enabled(admins: &[SocketAddr]) -> Vec<Status> {
+    wait_for("the data plane on at every replica", ENABLE_WAIT, || {
+        let sts = statuses(admins)?;
+        all_enabled(&sts).map(|()| sts)
+    })
+}
+
+/// Waits until the replicas of `admins` agree on the state digest with applied indexes at most
+/// a few heartbeats apart (with the data plane on, the leader's idle heartbeats are empty log
+/// entries: applied indexes move every tick); returns their statuses.
+fn wait_converged(admins: &[SocketAddr]) -> Vec<Status> {
+    wait_for("the replicas converged", ENABLE_WAIT, || {
+        let sts = statuses(admins)?;
+        let f = &sts[0];
+        if sts.iter().all(|s| {
+            s.applied_index.abs_diff(f.applied_index) <= 64
+                && s.digest == f.digest
+                && s.keys == f.keys
+        }) {
+            Ok(sts)
+        } else {
+            Err(describe(&sts))
+        }
+    })
+}
+
+fn native(addrs: &[SocketAddr]) -> Client {
+    Client::with_options(
+        addrs,
+        Options {
+            attempt_timeout: Duration::from_millis(300),
+            deadline: Duration::from_secs(10),
+            ..Options::default()
+        },
+    )
+    .expect("native client")
+}
+
+/// Increments `key` by 1 `n` times through `c`; returns how many were acknowledged (each
+/// acknowledged once, exactly-once sessions make retries safe).
+fn incr_n(c: &mut Client, key: &str, n: u64) -> u64 {
+    let mut acked = 0;
+    for _ in 0..n {
+        match c.incr(key.as_bytes(), 1) {
+            Ok(_) => acked += 1,
+            Err(e) => panic!("incr {key}: {e}"),
+        }
+    }
+    acked
+}
+
+/// The value of integer `key` read through the native client (0 when missing).
+fn read_int(c: &mut Client, key: &str) -> i64 {
+    c.get(key.as_bytes())
+        .unwrap_or_else(|e| panic!("get {key}: {e}"))
+        .map_or(0, |v| {
+            String::from_utf8_lossy(&v)
+                .parse()
+                .unwrap_or_else(|_| panic!("{key} is not an integer: {v:?}"))
+        })
+}
+
+/// The cluster of an `up` directory: (id, redis, native client, admin) per replica.
+struct UpNodes {
+    ids: Vec<u64>,
+    redis: Vec<SocketAddr>,
+    client: Vec<SocketAddr>,
+    admin: Vec<SocketAddr>,
+}
+
+fn up_nodes(dir: &Path) -> UpNodes {
+    let text = std::fs::read_to_string(dir.join("cluster.json")).expect("cluster.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("cluster.json is JSON");
+    let nodes = v["nodes"].as_array().expect("nodes");
+    let addr = |n: &serde_json::Value, k: &str| -> SocketAddr {
+        n["addresses"][k]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {k} address in {n}"))
+            .parse()
+            .expect("an address")
+    };
+    UpNodes {
+        ids: nodes
+            .iter()
+            .map(|n| n["id"].as_u64().expect("id"))
+            .collect(),
+        redis: nodes.iter().map(|n| addr(n, "redis")).collect(),
+        client: nodes.iter().map(|n| addr(n, "client")).collect(),
+        admin: nodes.iter().map(|n| addr(n, "admin")).collect(),
+    }
+}
+
+fn leader_of(sts: &[Status]) -> u64 {
+    sts[0].leader
+}
+
+/// Every client against a running, accelerated cluster made by `up` in `dir`: redis-cli SET,
+/// GET and INCR on every replica, `waverunner kv`, `waverunner load`, the native client
+/// library through the leader (whose data plane then answers blind writes itself) and through
+/// any replica. Checks that every acknowledged increment is counted exactly once, that the
+/// replicas converge, and that the data plane stayed on and answered clients.
+fn serve_everything(dir: &Path, no_disables: bool) {
+    let d = dir.display().to_string();
+    let n = up_nodes(dir);
+    let sts = wait_enabled(&n.admin);
+    let leader = leader_of(&sts);
+    let li = n.ids.iter().position(|&i| i == leader).expect("leader");
+
+    // redis-cli on every replica.
+    for (i, &r) in n.redis.iter().enumerate() {
+        let id = n.ids[i];
+        assert_eq!(
+            redis(r, &["SET", &format!("r{id}"), &format!("v{id}")]),
+            "OK"
+        );
+        assert_eq!(
+            redis(r, &["INCR", "rc"]),
+            format!("(integer) {}", i + 1),
+            "INCR on replica {id}"
+        );
+    }
+    for &r in &n.redis {
+        for &id in &n.ids {
+            assert_eq!(
+                redis(r, &["GET", &format!("r{id}")]),
+                format!("\"v{id}\""),
+                "GET r{id} at {r}"
+            );
+        }
+        assert_eq!(redis(r, &["GET", "rc"]), format!("\"{}\"", n.ids.len()));
+    }
+
+    // waverunner kv.
+    assert_eq!(
+        ok(&["kv", "--dir", &d, "set", "kvkey", "hello"]).trim(),
+        "OK"
+    );
+    assert_eq!(ok(&["kv", "--dir", &d, "get", "kvkey"]).trim(), "hello");
+    assert_eq!(ok(&["kv", "--dir", &d, "incr", "kvn", "5"]).trim(), "5");
+    assert_eq!(ok(&["kv", "--dir", &d, "incr", "kvn", "-2"]).trim(), "3");
+
+    // The native client library: to the leader alone (its data plane orders the requests and
+    // answers the blind writes), then to every replica.
+    let mut to_leader = native(&[n.client[li]]);
+    for k in 0..200 {
+        to_leader
+            .set(format!("nl{k}").as_bytes(), b"x")
+            .unwrap_or_else(|e| panic!("set nl{k} at the leader: {e}"));
+    }
+    let mut acked = incr_n(&mut to_leader, "ncount", 100);
+    let mut any = native(&n.client);
+    acked += incr_n(&mut any, "ncount", 100);
+    for (i, &c) in n.client.iter().enumerate() {
+        let mut one = native(&[c]);
+        acked += incr_n(&mut one, "ncount", 20);
+        assert_eq!(
+            one.get(b"nl199")
+                .unwrap_or_else(|e| panic!("get at n{}: {e}", n.ids[i])),
+            Some(b"x".to_vec())
+        );
+    }
+
+    // waverunner load.
+    let out = ok(&[
+        "load",
+        "--dir",
+        &d,
+        "--clients",
+        "4",
+        "--duration-ms",
+        "1500",
+    ]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("ok="))
+        .unwrap_or_else(|| panic!("no result line:\n{out}"));
+    let field = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k}= in {line}"))
+    };
+    assert!(field("ok") > 100, "load did too little: {line}");
+    assert_eq!(field("failed"), 0, "{line}");
+
+    // Acknowledged counts: every acknowledged increment counted exactly once.
+    assert_eq!(read_int(&mut any, "ncount"), acked as i64);
+    let sts = wait_converged(&n.admin);
+    for s in &sts {
+        assert_eq!(s.keys, sts[0].keys);
+    }
+    // Still accelerated, in the same term, and the leader's data plane answered clients.
+    let after = wait_enabled(&n.admin);
+    let l = after.iter().find(|s| s.id == leader).expect("the leader");
+    assert_eq!(l.role, "leader", "{}", describe(&after));
+    assert!(
+        l.fastpath.client_replies > 0,
+        "the leader's data plane answered no client:\n{}",
+        describe(&after)
+    );
+    assert!(
+        !no_disables || after.iter().all(|s| s.fastpath.disables.is_empty()),
+        "a disable without a fault:\n{}",
+        describe(&after)
+    );
+}
+
+/// `up` with these arguments (plus `--dir`), `down` by the returned guard.
+fn up(dir: &Path, args: &[&str]) -> Down {
+    let d = dir.display().to_string();
+    let down = Down(dir.to_path_buf());
+    let mut a = vec!["up", "--dir", &d];
+    a.extend_from_slice(args);
+    ok(&a);
+    down
+}
+
+fn udp_loopback(durability: &str) {
+    let _lock = cluster_lock();
+    let dir = cli_harness::unique_dir(&format!("dp-udp-{durability}"));
+    let base = free_base_port(3).to_string();
+    let _down = up(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--netns",
+            "off",
+            "--base-port",
+            &base,
+            "--dataplane",
+            "udp",
+            "--durability",
+            durability,
+        ],
+    );
+    serve_everything(&dir, true);
+}
+
+#[test]
+fn udp_loopback_memory_serves_every_client() {
+    udp_loopback("memory");
+}
+
+#[test]
+fn udp_loopback_fsync_serves_every_client() {
+    udp_loopback("fsync");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults with the loopback harness (restart needs it)
+// ---------------------------------------------------------------------------------------------
+
+fn admins(c: &Cluster, ids: &[u64]) -> Vec<SocketAddr> {
+    ids.iter().map(|&id| c.admin_addr(id)).collect()
+}
+
+fn enables(c: &Cluster, id: u64) -> u64 {
+    c.status(id).fastpath.enables
+}
+
+#[test]
+fn udp_failover_restart_and_pause_reenable_the_data_plane() {
+    let mut c = Cluster::start(
+        3,
+        Opts {
+            dataplane: Some("udp"),
+            ..Opts::durability("fsync")
+        },
+    );
+    c.wait_leader(Duration::from_secs(20));
+    let sts = wait_enabled(&admins(&c, &c.ids()));
+    let old = leader_of(&sts);
+    let mut cl = c.client();
+    let mut acked = incr_n(&mut cl, "k", 50);
+
+    // SIGKILL the leader: the others elect a new one in software. It does not accelerate while
+    // a voter is down (docs/handoff.md: every voter recently active), and says so.
+    c.kill(old, libc::SIGKILL);
+    let live = c.live();
+    let new = c.wait_leader(Duration::from_secs(10));
+    assert_ne!(new, old);
+    acked += incr_n(&mut cl, "k", 50);
+    wait_for(
+        "the new leader names its blocker",
+        Duration::from_secs(10),
+        || {
+            let s = c.try_status(new)?;
+            if s.role == "leader" && !s.dataplane_enabled && !s.fastpath.blocker.is_empty() {
+                Ok(())
+            } else {
+                Err(describe(&[s]))
+            }
+        },
+    );
+    let _ = live;
+
+    // Restart it: it catches up and the new leader enables the data plane on all three
+    // without an operator.
+    c.restart(old);
+    let sts = wait_enabled(&admins(&c, &c.ids()));
+    assert!(enables(&c, old) >= 1, "{}", describe(&sts));
+    acked += incr_n(&mut cl, "k", 50);
+    wait_converged(&admins(&c, &c.ids()));
+
+    // SIGSTOP a follower: the other two keep serving; SIGCONT: accelerated again on all three.
+    let leader = leader_of(&wait_enabled(&admins(&c, &c.ids())));
+    let f = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    let before = enables(&c, f);
+    c.kill(f, libc::SIGSTOP);
+    acked += incr_n(&mut cl, "k", 100);
+    c.kill(f, libc::SIGCONT);
+    acked += incr_n(&mut cl, "k", 20);
+    let sts = wait_enabled(&admins(&c, &c.ids()));
+    let fs = sts.iter().find(|s| s.id == f).expect("f");
+    assert!(
+        fs.fastpath.enables >= before,
+        "the paused follower's data plane:\n{}",
+        describe(&sts)
+    );
+    wait_converged(&admins(&c, &c.ids()));
+    assert_eq!(read_int(&mut cl, "k"), acked as i64);
+    for id in c.ids() {
+        c.assert_running(id);
+    }
+}
+
+/// A replica far behind: one restarted with memory durability (its log is gone), one paused
+/// while the leader wrote and compacted well past its log. Both need InstallSnapshot; then the
+/// data plane is on everywhere again.
+#[test]
+fn udp_snapshot_install_then_acceleration_is_back() {
+    const SNAP: u64 = 500;
+    let mut c = Cluster::start(
+        3,
+        Opts {
+            dataplane: Some("udp"),
+            snapshot_entries: Some(SNAP),
+            ..Opts::durability("memory")
+        },
+    );
+    c.wait_leader(Duration::from_secs(20));
+    let leader = leader_of(&wait_enabled(&admins(&c, &c.ids())));
+    let followers: Vec<u64> = c.ids().into_iter().filter(|&i| i != leader).collect();
+    let mut cl = native(&[c.client_addr(leader)]);
+    let write = |cl: &mut Client, prefix: &str, n: u64| {
+        for k in 0..n {
+            cl.set(format!("{prefix}{k}").as_bytes(), format!("{k}").as_bytes())
+                .unwrap_or_else(|e| panic!("set {prefix}{k}: {e}"));
+        }
+    };
+    write(&mut cl, "a", 200);
+
+    // A follower loses its log (memory durability, SIGKILL) while the leader compacts.
+    let f = followers[0];
+    c.kill(f, libc::SIGKILL);
+    write(&mut cl, "b", 3 * SNAP);
+    c.restart(f);
+    let sts = wait_enabled(&admins(&c, &c.ids()));
+    let fs = sts.iter().find(|s| s.id == f).expect("f");
+    assert!(
+        fs.first_index > 1,
+        "replica {f} did not start from a snapshot:\n{}",
+        describe(&sts)
+    );
+    wait_converged(&admins(&c, &c.ids()));
+
+    // A follower paused while the leader writes and compacts past it.
+    let g = followers[1];
+    let before = enables(&c, g);
+    c.kill(g, libc::SIGSTOP);
+    write(&mut cl, "c", 3 * SNAP);
+    c.kill(g, libc::SIGCONT);
+    let sts = wait_enabled(&admins(&c, &c.ids()));
+    let gs = sts.iter().find(|s| s.id == g).expect("g");
+    assert!(gs.fastpath.enables > before, "{}", describe(&sts));
+    let sts = wait_converged(&admins(&c, &c.ids()));
+    assert!(
+        sts.iter().all(|s| s.keys == 200 + 6 * SNAP),
+        "{}",
+        describe(&sts)
+    );
+    let mut any = c.client();
+    assert_eq!(any.get(b"c1499").expect("get"), Some(b"1499".to_vec()));
+}
+
+#[test]
+fn udp_membership_change_keeps_acceleration() {
+    let _lock = cluster_lock();
+    let dir = cli_harness::unique_dir("dp-member");
+    let d = dir.display().to_string();
+    let base = free_base_port(5).to_string();
+    let _down = up(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--netns",
+            "off",
+            "--base-port",
+            &base,
+            "--dataplane",
+            "udp",
+            "--durability",
+            "memory",
+        ],
+    );
+    let n = up_nodes(&dir);
+    wait_enabled(&n.admin);
+    let mut cl = native(&n.client);
+    let mut acked = incr_n(&mut cl, "m", 50);
+
+    let out = ok(&["member", "add", "--dir", &d]);
+    assert!(out.contains("added replica 4"), "{out}");
+    let n = up_nodes(&dir);
+    assert_eq!(n.ids, vec![1, 2, 3, 4]);
+    let sts = wait_enabled(&n.admin);
+    assert!(
+        sts.iter().all(|s| s.voters == vec![1, 2, 3, 4]),
+        "{}",
+        describe(&sts)
+    );
+    acked += incr_n(&mut cl, "m", 50);
+
+    // Remove the leader (the hardest case), then a follower.
+    let leader = leader_of(&sts);
+    let out = ok(&["member", "remove", &leader.to_string(), "--dir", &d]);
+    assert!(out.contains(&format!("removed replica {leader}")), "{out}");
+    let n = up_nodes(&dir);
+    assert_eq!(n.ids.len(), 3);
+    let sts = wait_enabled(&n.admin);
+    assert!(
+        sts.iter().all(|s| s.voters.len() == 3),
+        "{}",
+        describe(&sts)
+    );
+    let mut cl = native(&n.client);
+    acked += incr_n(&mut cl, "m", 50);
+    let f = *n
+        .ids
+        .iter()
+        .find(|&&i| i != leader_of(&sts))
+        .expect("a follower");
+    ok(&["member", "remove", &f.to_string(), "--dir", &d]);
+    let n = up_nodes(&dir);
+    assert_eq!(n.ids.len(), 2);
+    wait_enabled(&n.admin);
+    let mut cl = native(&n.client);
+    acked += incr_n(&mut cl, "m", 50);
+    assert_eq!(read_int(&mut cl, "m"), acked as i64);
+    wait_converged(&n.admin);
+    serve_everything(&dir, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Network namespaces (root)
+// ---------------------------------------------------------------------------------------------
+
+fn netns_cluster(dataplane: &str) {
+    if !have_root(&format!("--dataplane {dataplane} in network namespaces")) {
+        return;
+    }
+    let _lock = cluster_lock();
+    let dir = cli_harness::unique_dir(&format!("dp-netns-{}", dataplane.replace(',', "-")));
+    let _down = up(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--netns",
+            "on",
+            "--dataplane",
+            dataplane,
+            "--durability",
+            "memory",
+        ],
+    );
+    let sts = wait_enabled(&up_nodes(&dir).admin);
+    let kinds: BTreeMap<u64, String> = sts.iter().map(|s| (s.id, s.dataplane.clone())).collect();
+    let want: Vec<&str> = dataplane.split(',').collect();
+    for (i, (id, k)) in kinds.iter().enumerate() {
+        assert_eq!(k, want[i % want.len()], "replica {id}: {kinds:?}");
+    }
+    serve_everything(&dir, true);
+}
+
+#[test]
+fn netns_udp_serves_every_client() {
+    netns_cluster("udp");
+}
+
+#[test]
+fn netns_xdp_serves_every_client() {
+    netns_cluster("xdp");
+}
+
+#[test]
+fn netns_mixed_xdp_udp_serves_every_client() {
+    netns_cluster("xdp,udp,udp");
+}
+
+// ---------------------------------------------------------------------------------------------
+// waverunner chaos with a data plane
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `cmd` with a time limit: SIGTERM (chaos then tears its cluster down), SIGKILL a minute
+/// later; a run that needed the SIGTERM fails the test.
+fn run_limited(cmd: &mut std::process::Command, limit: Duration) -> std::process::Output {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start waverunner");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + limit;
+    let mut termed = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() >= deadline && !termed {
+            // SAFETY: our own child, not yet reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            termed = true;
+        }
+        if Instant::now() >= deadline + Duration::from_secs(60) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let o = std::process::Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    };
+    assert!(
+        !termed,
+        "timed out after {limit:?}:\n{}\n{}",
+        cli_harness::text(&o.stdout),
+        cli_harness::text(&o.stderr)
+    );
+    o
+}
+
+fn chaos(dataplane: &str) {
+    let all = [
+        "kill",
+        "pause",
+        "partition",
+        "loss",
+        "restart",
+        "membership",
+    ];
+    let faults: Vec<&str> = if is_root() {
+        all.to_vec()
+    } else if dataplane == "xdp" {
+        have_root("waverunner chaos --dataplane xdp");
+        return;
+    } else {
+        have_root(&format!(
+            "the partition and loss faults of waverunner chaos --dataplane {dataplane}; \
+             running kill, pause, restart and membership only"
+        ));
+        vec!["kill", "pause", "restart", "membership"]
+    };
+    let seed = std::env::var("WAVERUNNER_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| common::random_u64() % 1_000_000_007);
+    let _lock = cluster_lock();
+    let dir = cli_harness::unique_dir(&format!("dp-chaos-{dataplane}"));
+    let (faults_arg, seed_arg, dir_arg) = (
+        faults.join(","),
+        seed.to_string(),
+        dir.display().to_string(),
+    );
+    eprintln!("chaos --dataplane {dataplane}: seed {seed} (WAVERUNNER_CHAOS_SEED={seed} repeats the schedule)");
+    let base = free_base_port(6).to_string();
+    let out = run_limited(
+        std::process::Command::new(cli_harness::BIN)
+            .args([
+                "chaos",
+                "--dataplane",
+                dataplane,
+                "--duration",
+                "24s",
+                "--clients",
+                "8",
+                "--faults",
+                &faults_arg,
+                "--seed",
+                &seed_arg,
+                "--dir",
+                &dir_arg,
+                "--phase-ms",
+                "500..2000",
+                "--base-port",
+                &base,
+            ])
+            .env("WAVERUNNER_LOG", "warn"),
+        Duration::from_secs(240),
+    );
+    let stdout = cli_harness::text(&out.stdout);
+    let report = format!(
+        "exit {}\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        cli_harness::text(&out.stderr)
+    );
+    eprintln!("{stdout}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.starts_with("ops="), "no summary line: {report}");
+    let s: BTreeMap<&str, &str> = last
+        .split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .collect();
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert_eq!(s["anomalies"], "0", "{report}");
+    assert_eq!(s["linearizable"], "yes", "{report}");
+    assert!(
+        stdout.contains(&format!("data plane {dataplane}")),
+        "{report}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("faults injected ("))
+        .unwrap_or_else(|| panic!("no fault summary: {report}"));
+    for f in &faults {
+        assert!(
+            line.contains(&format!("{f} ")),
+            "{f} never injected: {line}\n{report}"
+        );
+    }
+    assert!(!dir.exists(), "a passing run removes its directory");
+}
+
+#[test]
+fn chaos_udp_every_fault_is_linearizable() {
+    chaos("udp");
+}
+
+#[test]
+fn chaos_xdp_every_fault_is_linearizable() {
+    chaos("xdp");
+}
