@@ -23,6 +23,9 @@ pub const GROUP: u32 = waverunner_client::proto::GROUP as u32;
 /// clients time out and retry, exactly once by their session).
 pub const MAX_DP_CLIENTS: usize = 65_536;
 
+/// A replica whose data plane is off sends at most one REJECT per this interval.
+pub const REJECT_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Entries retransmitted per retransmission request at most.
 pub const RETX_BATCH: u64 = 64;
 
@@ -67,6 +70,10 @@ pub struct DpHost {
     pub heartbeats: u64,
     /// The term of the last enable.
     pub enabled_term: u64,
+    /// When this replica last sent a fast-path REJECT.
+    pub last_reject: Option<Instant>,
+    /// Fast-path REJECTs sent (appends this replica's software could not take).
+    pub rejects_sent: u64,
     /// Ring entries that arrived before an entry of a lower index, by index.
     pub reorder: BTreeMap<u64, dp::RingEntry>,
     /// Commit records waiting for their entry: index → the data plane replied.
@@ -251,6 +258,8 @@ pub fn open(
         remote_pending: Default::default(),
         reorder: BTreeMap::new(),
         commits: BTreeMap::new(),
+        last_reject: None,
+        rejects_sent: 0,
         wake_pending,
     })
 }

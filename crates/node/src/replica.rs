@@ -1532,6 +1532,9 @@ impl<S: StateMachine> Replica<S> {
                     },
                 };
                 let _ = self.raft.step(m);
+                if self.raft.last_index() <= h.index {
+                    self.reject_fast_append(src);
+                }
             }
             fp::ACK => {
                 let m = Message {
@@ -1550,6 +1553,42 @@ impl<S: StateMachine> Replica<S> {
             }
             fp::RETX_REQ => self.retransmit(src, h.index),
             _ => {}
+        }
+    }
+
+    /// An append this replica could not take reached its host (its data plane is off: it
+    /// restarted, lost its log, or does not know the leader). Software Raft's answer may have
+    /// nowhere to go (a leader added after this replica's log was lost has no address here),
+    /// so it also says so on the fast path: a REJECT makes the leader's data plane halt and
+    /// software repair this replica over TCP, from which it learns the leader's address.
+    /// Rate-limited: one per [`fpath::REJECT_EVERY`].
+    fn reject_fast_append(&mut self, to: SocketAddr) {
+        let conf = self.raft.conf_state();
+        let member = conf.voters.contains(&self.cfg.id) || conf.learners.contains(&self.cfg.id);
+        if !member || self.state.removed.contains(&self.cfg.id) {
+            return; // a removed replica still hears multicast appends: it must stay quiet
+        }
+        let (last, last_term, term) = (
+            self.raft.last_index(),
+            self.raft.term_of(self.raft.last_index()).unwrap_or(0),
+            self.raft.term(),
+        );
+        let Some(d) = self.dp.as_mut() else { return };
+        let now = Instant::now();
+        if d.last_reject
+            .is_some_and(|t| now.duration_since(t) < fpath::REJECT_EVERY)
+        {
+            return;
+        }
+        d.last_reject = Some(now);
+        let h = fp::Header {
+            term,
+            index: last,
+            log_term: last_term,
+            ..fpath::header(fp::REJECT, self.cfg.id)
+        };
+        if d.plane.send_to(&fpath::packet(h, &[]), to).is_ok() {
+            d.rejects_sent += 1;
         }
     }
 
