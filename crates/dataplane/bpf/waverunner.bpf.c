@@ -316,6 +316,20 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	src_port = dst.port;
 	from_self = src_ip == self_ip && src_port == fp_port;
 
+	/*
+	 * An append from slightly ahead: the leader's handler runs on several CPUs, so its
+	 * appends may leave in another order than it numbered them. The host holds such an
+	 * append and pushes it back through here once the gap is filled, instead of the handler
+	 * dropping it and asking for a retransmission (a host round trip at the leader).
+	 * Racy reads of the registers are fine: a stale view only sends an append either way.
+	 */
+	if (reorder_window && in->type == FP_APPEND && !from_self && !regs.is_leader &&
+	    in->term == regs.term && (__u64)in->group_id == regs.group_id &&
+	    in->index > regs.last_index && in->index <= regs.last_index + reorder_window) {
+		cnt->punted++;
+		return wr_to_host(ctx);
+	}
+
 	/* Ring space first: a full ring drops the input before the handler sees it. */
 	ent = bpf_ringbuf_reserve(&wr_ring, sizeof(struct wr_rec_entry), 0);
 	if (!ent) {

@@ -30,6 +30,7 @@ __u32 group_ip;                    /* the multicast group appends go to (network
 __u16 fp_port;                     /* the fast-path UDP port (network order); 0 = nothing is ours */
 __u8 self_mac[6];                  /* our interface's MAC address */
 __u32 blind_reply_len;             /* bytes of blind_reply_body; 0 = the host answers */
+__u32 reorder_window;              /* follower: appends up to this far ahead go to the host; 0 = off */
 __u8 blind_reply_body[WR_BODY_MAX];
 
 /* ---- maps ---------------------------------------------------------------- */

@@ -40,6 +40,10 @@ mod skel {
 
 use skel::{types, WaverunnerSkel, WaverunnerSkelBuilder};
 
+/// Follower: how far ahead of its log an append may be and still be held by the host for
+/// reordering (see `XdpProgram::set_reorder_window`).
+pub const REORDER_WINDOW: u32 = 64;
+
 /// XDP verdict `XDP_ABORTED`.
 pub const XDP_ABORTED: u32 = 0;
 /// XDP verdict `XDP_DROP`.
@@ -256,6 +260,14 @@ impl XdpProgram {
                 a.load(Ordering::SeqCst)
             })
             .fold(0u64, u64::wrapping_add)
+    }
+
+    /// Follower: appends at most `n` entries ahead of the log go to the host (which holds
+    /// them until the gap fills) instead of through the handler's gap rule; 0 turns it off
+    /// (the handler vectors run with it off).
+    pub fn set_reorder_window(&self, n: u32) {
+        // SAFETY: aligned u32 in the mapped .bss.
+        unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.bss).reorder_window), n) };
     }
 
     /// Sets the clock offset the leader stamps entries with: `CLOCK_REALTIME −
@@ -679,6 +691,7 @@ impl XdpDataPlane {
             blind_reply_body: cfg.blind_reply_body.clone(),
         };
         let prog = Arc::new(XdpProgram::load(&settings)?);
+        prog.set_reorder_window(REORDER_WINDOW);
         prog.write_registers(&fp::Registers {
             self_id: cfg.self_id,
             group_id: cfg.group_id as u64,
@@ -796,8 +809,8 @@ impl Drop for XdpDataPlane {
     fn drop(&mut self) {
         self.link = None; // detaches the program
         self.stop.store(true, Ordering::Relaxed);
-        // SAFETY: shutdown of our own socket wakes the blocked recv (even unconnected UDP).
-        unsafe { libc::shutdown(self.socket.as_raw_fd(), libc::SHUT_RD) };
+        // The host thread notices `stop` within its read timeout (200 ms). No shutdown(2):
+        // a recvfrom on a shut-down UDP socket returns an empty address, on which std panics.
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -26,6 +26,12 @@ pub const MAX_DP_CLIENTS: usize = 65_536;
 /// A replica whose data plane is off sends at most one REJECT per this interval.
 pub const REJECT_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Appends a follower holds for reordering at most.
+pub const MAX_HELD: usize = 256;
+
+/// A held append whose gap has not filled after this long asks the leader to retransmit.
+pub const HOLD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Entries retransmitted per retransmission request at most.
 pub const RETX_BATCH: u64 = 64;
 
@@ -70,6 +76,10 @@ pub struct DpHost {
     pub heartbeats: u64,
     /// The term of the last enable.
     pub enabled_term: u64,
+    /// Follower: appends ahead of the log, by previous index, with when they arrived.
+    pub held: BTreeMap<u64, (Instant, Vec<u8>)>,
+    /// Appends pushed back through the data plane after reordering.
+    pub reordered: u64,
     /// When this replica last sent a fast-path REJECT.
     pub last_reject: Option<Instant>,
     /// Fast-path REJECTs sent (appends this replica's software could not take).
@@ -258,6 +268,8 @@ pub fn open(
         remote_pending: Default::default(),
         reorder: BTreeMap::new(),
         commits: BTreeMap::new(),
+        held: BTreeMap::new(),
+        reordered: 0,
         last_reject: None,
         rejects_sent: 0,
         wake_pending,

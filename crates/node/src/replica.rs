@@ -947,6 +947,7 @@ impl<S: StateMachine> Replica<S> {
         if let Some(d) = &self.dp {
             d.plane.tick();
         }
+        self.held_timeout();
         for _ in 0..ticks {
             self.raft.tick();
         }
@@ -1346,6 +1347,7 @@ impl<S: StateMachine> Replica<S> {
                 d.remote_pending.clear();
                 d.reorder.clear();
                 d.commits.clear();
+                d.held.clear();
                 d.plane
                     .enable(&regs, &peers)
                     .map_err(|e| Fatal(format!("cannot enable the {} data plane: {e}", d.kind)))?;
@@ -1485,6 +1487,9 @@ impl<S: StateMachine> Replica<S> {
         if announce && leader && matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
             self.push_proposal(&[]);
         }
+        if !leader {
+            self.release_held();
+        }
         // A handler halt that passed nothing up (a follower's retransmissions ran out) is
         // seen only in the registers.
         if matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
@@ -1513,6 +1518,7 @@ impl<S: StateMachine> Replica<S> {
         self.on_ring();
         let id = self.cfg.id;
         match h.kind {
+            fp::APPEND if self.hold_reordered(&h, pkt) => {}
             fp::APPEND => {
                 let m = Message {
                     from: h.from,
@@ -1532,7 +1538,13 @@ impl<S: StateMachine> Replica<S> {
                     },
                 };
                 let _ = self.raft.step(m);
-                if self.raft.last_index() <= h.index {
+                // The leader replicates through its data plane while this replica's is off
+                // (it timed out, restarted, or missed the accelerate election): it would stay
+                // off for good, and it may not be able to answer in software at all (a new
+                // leader's address is unknown after a lost log). Tell the leader, which
+                // disables, repairs in software and enables every replica again.
+                let off = self.raft.dataplane_state() == DataPlaneState::Off;
+                if off && (h.term == self.raft.term() || self.raft.last_index() <= h.index) {
                     self.reject_fast_append(src);
                 }
             }
@@ -1556,11 +1568,109 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// An append this replica could not take reached its host (its data plane is off: it
-    /// restarted, lost its log, or does not know the leader). Software Raft's answer may have
-    /// nowhere to go (a leader added after this replica's log was lost has no address here),
-    /// so it also says so on the fast path: a REJECT makes the leader's data plane halt and
-    /// software repair this replica over TCP, from which it learns the leader's address.
+    /// Follower with the data plane on: an append the data plane passed up because it is a
+    /// little ahead of the log (the leader's appends can leave out of order, see
+    /// `XdpProgram::set_reorder_window`). Held until the gap fills, then pushed through the
+    /// data plane; never stepped into software Raft, which would disable the data plane.
+    /// Returns whether the append was taken care of here.
+    fn hold_reordered(&mut self, h: &fp::Header, pkt: &[u8]) -> bool {
+        let DataPlaneState::On { term } = self.raft.dataplane_state() else {
+            return false;
+        };
+        if self.raft.role() == Role::Leader || h.term != term {
+            return false;
+        }
+        let Some(d) = self.dp.as_mut() else {
+            return false;
+        };
+        let last = d.plane.registers().last_index;
+        if h.index < last {
+            return true; // a duplicate of what the data plane has
+        }
+        if d.held.len() >= fpath::MAX_HELD {
+            d.held.pop_last();
+        }
+        d.held.insert(h.index, (Instant::now(), pkt.to_vec()));
+        self.release_held();
+        true
+    }
+
+    /// Pushes held appends that now continue the log through the data plane, and tells the
+    /// leader (memory durability: the pushed appends' own acks went nowhere).
+    fn release_held(&mut self) {
+        let memory = self.cfg.durability == DurabilityMode::Memory;
+        let leader = self.raft.leader();
+        let Some(d) = self.dp.as_mut() else { return };
+        if d.held.is_empty() {
+            return;
+        }
+        let mut pushed = false;
+        loop {
+            let r = d.plane.registers();
+            if r.enabled == 0 {
+                d.held.clear();
+                return;
+            }
+            while d
+                .held
+                .first_key_value()
+                .is_some_and(|(&i, _)| i < r.last_index)
+            {
+                d.held.pop_first();
+            }
+            let Some((_, pkt)) = d.held.remove(&r.last_index) else {
+                if pushed && memory {
+                    let h = fp::Header {
+                        term: r.term,
+                        index: r.last_index,
+                        ..fpath::header(fp::ACK, self.cfg.id)
+                    };
+                    if let Some(&to) = d.peers.get(&leader) {
+                        let _ = d.plane.send_to(&fpath::packet(h, &[]), SocketAddr::V4(to));
+                    }
+                }
+                return;
+            };
+            if d.plane.push(&pkt).is_err() {
+                return;
+            }
+            d.reordered += 1;
+            pushed = true;
+            if r.last_index == d.plane.registers().last_index {
+                return; // the push did not append (asynchronous data plane): next time
+            }
+        }
+    }
+
+    /// A held append whose gap did not fill in time: ask the leader to retransmit.
+    fn held_timeout(&mut self) {
+        let leader = self.raft.leader();
+        let Some(d) = self.dp.as_mut() else { return };
+        let Some(oldest) = d.held.values().map(|(t, _)| *t).min() else {
+            return;
+        };
+        if oldest.elapsed() < fpath::HOLD_TIMEOUT {
+            return;
+        }
+        let r = d.plane.registers();
+        let h = fp::Header {
+            term: r.term,
+            index: r.last_index,
+            log_term: r.last_term,
+            ..fpath::header(fp::RETX_REQ, self.cfg.id)
+        };
+        if let Some(&to) = d.peers.get(&leader) {
+            let _ = d.plane.send_to(&fpath::packet(h, &[]), SocketAddr::V4(to));
+        }
+        for (t, _) in d.held.values_mut() {
+            *t = Instant::now();
+        }
+    }
+
+    /// A data-plane append reached this replica while its own data plane is off. It says so
+    /// on the fast path: a REJECT makes the leader's data plane halt; software repairs this
+    /// replica over TCP (from which it also learns the leader's address, which a replica that
+    /// lost its log may not know) and the leader enables every replica again.
     /// Rate-limited: one per [`fpath::REJECT_EVERY`].
     fn reject_fast_append(&mut self, to: SocketAddr) {
         let conf = self.raft.conf_state();
