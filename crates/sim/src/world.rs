@@ -85,6 +85,8 @@ pub struct Stats {
     pub deposed: u64,
     pub snapshots_installed: u64,
     pub retransmissions: u64,
+    /// REJECTs sent by followers whose data plane was off.
+    pub fast_rejects: u64,
     pub final_commit: u64,
 }
 
@@ -648,6 +650,23 @@ impl World {
                     },
                 };
                 let _ = self.raft_mut(id).step(m);
+                // As the replica does (crates/node, docs/dataplane.md): a follower whose data
+                // plane is off answers a data-plane append of its term with a REJECT, which
+                // halts the leader's data plane so that every replica is enabled again.
+                let raft = self.nodes[&id].raft.as_ref().expect("live node");
+                let off = raft.dataplane_state() == DataPlaneState::Off;
+                if off && (hdr.term == raft.term() || raft.last_index() <= hdr.index) {
+                    let reject = fp::Header {
+                        kind: fp::REJECT,
+                        term: raft.term(),
+                        from: id,
+                        index: raft.last_index(),
+                        log_term: raft.term_of(raft.last_index()).unwrap_or(0),
+                        ..fp::Header::new(GROUP_ID)
+                    };
+                    self.stats.fast_rejects += 1;
+                    self.send(id, from, Packet::Fast(reject, Vec::new()));
+                }
             }
             fp::ACK => {
                 let m = Message {
