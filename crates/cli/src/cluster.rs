@@ -1397,6 +1397,63 @@ pub fn cmd_down(a: DownArgs) -> ExitCode {
     }
 }
 
+/// Every replica's data plane: hand-off state, the term it was enabled in, enables and
+/// disables by reason, and the data plane's counters.
+fn dataplane_table(
+    cf: &ClusterFile,
+    statuses: &[Option<(StatusView, serde_json::Value)>],
+) -> String {
+    let mut rows = vec![[
+        "ID",
+        "DATAPLANE",
+        "STATE",
+        "ENABLED_TERM",
+        "ENABLES",
+        "DISABLES",
+        "HANDLED",
+        "PUNTED",
+        "DROPPED",
+        "RETX_REQ",
+        "RETRANSMITTED",
+        "DP_REPLIES",
+        "HOST_REPLIES",
+        "RING_FULL",
+        "HALTS",
+    ]
+    .map(String::from)];
+    for (n, s) in cf.nodes.iter().zip(statuses) {
+        let Some((v, _)) = s else { continue };
+        let f = &v.fastpath;
+        let disables = if f.disables.is_empty() {
+            "-".to_string()
+        } else {
+            f.disables
+                .iter()
+                .map(|(r, c)| format!("{r}:{c}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        rows.push([
+            n.id.to_string(),
+            v.dataplane.clone(),
+            f.state.clone(),
+            f.enabled_term.to_string(),
+            f.enables.to_string(),
+            disables,
+            f.handled.to_string(),
+            f.punted.to_string(),
+            f.dropped.to_string(),
+            f.retx_requests.to_string(),
+            f.retransmitted.to_string(),
+            f.client_replies.to_string(),
+            f.host_replies.to_string(),
+            f.ring_full.to_string(),
+            f.halts.to_string(),
+        ]);
+    }
+    table(&rows)
+}
+
 /// `waverunner status`.
 pub fn cmd_status(a: StatusArgs) -> ExitCode {
     let cf = match load(&a.dir.unwrap_or_else(default_dir)) {
@@ -1502,6 +1559,11 @@ pub fn cmd_status(a: StatusArgs) -> ExitCode {
             rows.push(row);
         }
         print!("{}", table(&rows));
+        let accelerated = statuses.iter().flatten().any(|(v, _)| v.dataplane != "off");
+        if accelerated {
+            println!();
+            print!("{}", dataplane_table(&cf, &statuses));
+        }
         if !has_leader {
             eprintln!(
                 "no replica is leader (an election may be in progress; look again in a moment)"
