@@ -6,6 +6,9 @@
 //! - [`floor`]: the round trip of a 50-byte UDP datagram between two network namespaces joined
 //!   by a bridge, answered by an XDP echo (`bpf/echo.bpf.c`, `XDP_TX`) and by a user-space
 //!   echo socket — the floors replication latency is compared against (DESIGN §5, §6);
+//! - [`fanout`]: three ways for an XDP leader to copy a request to every follower behind its
+//!   one interface (multicast, devmap broadcast, TC clone), measured side by side
+//!   (`bpf/fanout.bpf.c`, `waverunner bench fanout`, docs/fanout.md);
 //! - [`netns`]: running code inside a network namespace, and the `ip` command;
 //! - [`stats`]: quantiles of raw samples and of log-linear latency histograms;
 //! - [`cpu`]: CPU time from `/proc/stat` and `/proc/<pid>/stat`;
@@ -13,6 +16,7 @@
 //! - [`report`]: the rows, the tables and the verdict against DESIGN §6.
 
 pub mod cpu;
+pub mod fanout;
 pub mod floor;
 pub mod netns;
 pub mod report;

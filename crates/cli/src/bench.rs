@@ -41,6 +41,29 @@ enum BenchWhat {
     /// Replication and end-to-end latency, throughput and CPU per write for each data plane,
     /// against the XDP echo floor (DESIGN §6). Needs root.
     Replication(ReplicationArgs),
+    /// Fan-out from XDP to every follower: multicast + XDP_TX, devmap BPF_F_BROADCAST, TC
+    /// bpf_clone_redirect, side by side (docs/fanout.md). Needs root.
+    Fanout(FanoutArgs),
+}
+
+/// Options of `waverunner bench fanout` (see `waverunner_bench::fanout`).
+#[derive(clap::Args)]
+struct FanoutArgs {
+    /// Latency samples per option.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    samples: u64,
+    /// Longest latency measurement per option, in milliseconds.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    latency_ms: u64,
+    /// Offered rate of the CPU measurement, requests per second.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=200_000))]
+    rate: u64,
+    /// Length of the CPU measurement per option, in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    load_ms: u64,
+    /// Rounds the options take turns in.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=20))]
+    rounds: u64,
 }
 
 /// Options of `waverunner bench replication`.
@@ -92,6 +115,26 @@ pub fn run(a: BenchArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        BenchWhat::Fanout(f) => {
+            use waverunner_bench::fanout;
+            let o = fanout::FanoutOptions {
+                samples: f.samples as usize,
+                latency_time: Duration::from_millis(f.latency_ms),
+                rate: f.rate,
+                load_time: Duration::from_millis(f.load_ms),
+                rounds: f.rounds as usize,
+            };
+            match fanout::measure(&o) {
+                Ok(r) => {
+                    println!("{}", fanout::render(&r, &o));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("waverunner bench fanout: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 
