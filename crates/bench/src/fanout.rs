@@ -229,7 +229,7 @@ impl Testbed {
         if !netns::is_root() {
             return Err("the fan-out measurement needs root (network namespaces, XDP)".into());
         }
-        remove_leftovers()?;
+        netns::remove_leftovers(PREFIX)?;
         let mut tb = Testbed {
             leader: None,
             followers: Vec::new(),
@@ -423,7 +423,7 @@ impl Testbed {
     /// Removes everything now; returns what could not be removed.
     pub fn teardown(&mut self) -> Result<(), String> {
         // Deleting a namespace deletes its veth pair and the programs attached to it.
-        let r = remove_leftovers();
+        let r = netns::remove_leftovers(PREFIX);
         self.leader = None;
         self.followers.clear();
         r
@@ -891,30 +891,6 @@ fn mac_str(m: &[u8; 6]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
-}
-
-/// Removes namespaces and links named `wrf-*` (refusing when a process still runs in one).
-fn remove_leftovers() -> Result<(), String> {
-    let namespaces = netns::namespaces_with_prefix(PREFIX)?;
-    for ns in &namespaces {
-        let pids = ip(&["netns", "pids", ns])?;
-        if !pids.trim().is_empty() {
-            return Err(format!(
-                "network namespace {ns} still has processes ({}): another run is going on?",
-                pids.split_whitespace().collect::<Vec<_>>().join(" ")
-            ));
-        }
-    }
-    for ns in &namespaces {
-        ip(&["netns", "del", ns])?;
-    }
-    for link in netns::links_with_prefix(PREFIX)? {
-        match ip(&["link", "del", &link]) {
-            Err(e) if !e.contains("Cannot find device") => return Err(e),
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

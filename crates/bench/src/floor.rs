@@ -105,7 +105,7 @@ impl Testbed {
         if !netns::is_root() {
             return Err("the floor needs root (network namespaces, XDP)".into());
         }
-        remove_leftovers()?;
+        netns::remove_leftovers(PREFIX)?;
         let mut tb = Testbed {
             obj: None,
             stop: Arc::new(AtomicBool::new(false)),
@@ -213,7 +213,7 @@ impl Testbed {
             let _ = h.join();
         }
         // Deleting a namespace deletes its veth pair and the XDP program attached to it.
-        let r = remove_leftovers();
+        let r = netns::remove_leftovers(PREFIX);
         self.obj = None;
         r
     }
@@ -238,30 +238,6 @@ pub fn measure(opts: &FloorOptions) -> Result<Floor, String> {
     let f = r?;
     t?;
     Ok(f)
-}
-
-/// Removes namespaces and links named `wrb-*` (refusing when a process still runs in one).
-fn remove_leftovers() -> Result<(), String> {
-    let namespaces = netns::namespaces_with_prefix(PREFIX)?;
-    for ns in &namespaces {
-        let pids = ip(&["netns", "pids", ns])?;
-        if !pids.trim().is_empty() {
-            return Err(format!(
-                "network namespace {ns} still has processes ({}): another benchmark is running?",
-                pids.split_whitespace().collect::<Vec<_>>().join(" ")
-            ));
-        }
-    }
-    for ns in &namespaces {
-        ip(&["netns", "del", ns])?;
-    }
-    for link in netns::links_with_prefix(PREFIX)? {
-        match ip(&["link", "del", &link]) {
-            Err(e) if !e.contains("Cannot find device") => return Err(e),
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 fn prog_fd(obj: &Object, name: &str) -> Result<OwnedFd, String> {

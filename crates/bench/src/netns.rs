@@ -93,3 +93,28 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Removes the namespaces and links whose names start with `prefix`, refusing when a process
+/// still runs in one of those namespaces (another run is going on).
+pub fn remove_leftovers(prefix: &str) -> Result<(), String> {
+    let namespaces = namespaces_with_prefix(prefix)?;
+    for ns in &namespaces {
+        let pids = ip(&["netns", "pids", ns])?;
+        if !pids.trim().is_empty() {
+            return Err(format!(
+                "network namespace {ns} still has processes ({}): another run is going on?",
+                pids.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
+        }
+    }
+    for ns in &namespaces {
+        ip(&["netns", "del", ns])?;
+    }
+    for link in links_with_prefix(prefix)? {
+        match ip(&["link", "del", &link]) {
+            Err(e) if !e.contains("Cannot find device") => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
