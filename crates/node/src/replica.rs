@@ -1673,10 +1673,11 @@ impl<S: StateMachine> Replica<S> {
     /// lost its log may not know) and the leader enables every replica again.
     /// Rate-limited: one per [`fpath::REJECT_EVERY`].
     fn reject_fast_append(&mut self, to: SocketAddr) {
-        let conf = self.raft.conf_state();
-        let member = conf.voters.contains(&self.cfg.id) || conf.learners.contains(&self.cfg.id);
-        if !member || self.state.removed.contains(&self.cfg.id) {
-            return; // a removed replica still hears multicast appends: it must stay quiet
+        // A replica that knows it was removed stays quiet (it still hears an xdp leader's
+        // multicast appends). One that lost its log cannot know whether it is a member (a
+        // replica that joined starts from a configuration without itself), so it speaks up.
+        if self.state.removed.contains(&self.cfg.id) {
+            return;
         }
         let (last, last_term, term) = (
             self.raft.last_index(),
