@@ -32,12 +32,12 @@ h, p = a.rsplit(":", 1)
 print(h, p)' "$DIR/cluster.json")
 
 echo
-echo "== native client library: 16 closed-loop clients, 50% SET / 50% GET, 5 s"
-"${IN_CLIENT[@]}" "$W" load --dir "$DIR" --clients 16 --duration-ms 5000
+echo "== native client library: 8 closed-loop clients, 50% SET / 50% GET, 5 s"
+"${IN_CLIENT[@]}" "$W" load --dir "$DIR" --clients 8 --duration-ms 5000
 
 echo
 echo "== redis-benchmark through replica 1 ($RHOST:$RPORT; a follower forwards writes to the leader)"
-"${IN_CLIENT[@]}" redis-benchmark -h "$RHOST" -p "$RPORT" -t set,get,incr -n 20000 -c 16 -q \
+"${IN_CLIENT[@]}" redis-benchmark -h "$RHOST" -p "$RPORT" -t set,get,incr -n 20000 -c 8 -q \
   | tr '\r' '\n' | grep 'requests per second'
 
 echo

@@ -42,7 +42,7 @@ use skel::{types, WaverunnerSkel, WaverunnerSkelBuilder};
 
 /// Follower: how far ahead of its log an append may be and still be held by the host for
 /// reordering (see `XdpProgram::set_reorder_window`).
-pub const REORDER_WINDOW: u32 = 64;
+pub const REORDER_WINDOW: u32 = 1024;
 
 /// XDP verdict `XDP_ABORTED`.
 pub const XDP_ABORTED: u32 = 0;

@@ -26,14 +26,18 @@ pub const MAX_DP_CLIENTS: usize = 65_536;
 /// A replica whose data plane is off sends at most one REJECT per this interval.
 pub const REJECT_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Appends a follower holds for reordering at most.
-pub const MAX_HELD: usize = 256;
+/// Appends a follower holds for reordering at most (the XDP window is 1024 entries).
+pub const MAX_HELD: usize = 2048;
+
+/// The leader answers retransmission requests for the same follower position at most once
+/// per this interval.
+pub const RETX_SPACING: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// A held append whose gap has not filled after this long asks the leader to retransmit.
 pub const HOLD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Entries retransmitted per retransmission request at most.
-pub const RETX_BATCH: u64 = 64;
+pub const RETX_BATCH: u64 = 256;
 
 /// A request the data plane ordered at this leader on behalf of a native client.
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +84,8 @@ pub struct DpHost {
     pub held: BTreeMap<u64, (Instant, Vec<u8>)>,
     /// Appends pushed back through the data plane after reordering.
     pub reordered: u64,
+    /// Leader: the last retransmission per follower address (its position, when).
+    pub retx_sent: BTreeMap<SocketAddr, (u64, Instant)>,
     /// When this replica last sent a fast-path REJECT.
     pub last_reject: Option<Instant>,
     /// Fast-path REJECTs sent (appends this replica's software could not take).
@@ -270,6 +276,7 @@ pub fn open(
         commits: BTreeMap::new(),
         held: BTreeMap::new(),
         reordered: 0,
+        retx_sent: BTreeMap::new(),
         last_reject: None,
         rejects_sent: 0,
         wake_pending,

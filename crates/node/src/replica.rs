@@ -30,6 +30,10 @@ use crate::wire::Frame;
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
 pub const EVENT_QUEUE: usize = 65_536;
+/// With a data plane configured, a ReadIndex read unanswered after this long goes through the
+/// log instead.
+const READ_FALLBACK: Duration = Duration::from_millis(100);
+
 /// Client requests in flight at one replica at most; beyond it requests are refused (busy).
 pub const MAX_IN_FLIGHT: usize = 100_000;
 
@@ -530,6 +534,12 @@ impl<S: StateMachine> Replica<S> {
                 // Two election timeouts expire every timer; more would only repeat heartbeats.
                 let cap = 2 * u64::from(self.cfg.election_ticks) + 1;
                 let ticks = (missed as u64 + 1).min(cap);
+                // Appends the data plane took while this loop was starved are on the ring:
+                // feed them first, so a follower's election timer counts from the last one it
+                // really got rather than from before the stall.
+                if self.dp.is_some() {
+                    self.on_ring();
+                }
                 self.on_tick(ticks);
                 next_tick += tick * (missed as u32).saturating_add(1);
                 if next_tick <= now {
@@ -979,8 +989,29 @@ impl<S: StateMachine> Replica<S> {
                 self.fail(id, ClientError::Timeout);
             }
         }
-        self.reads_waiting
-            .retain(|(_, id)| self.requests.contains_key(id));
+        // A follower's ReadIndex goes unanswered while the leader's data plane is on (the
+        // leader drops it: it has no software heartbeats to confirm its leadership with). Such
+        // a read goes through the log instead after a while; a read is safe to send twice.
+        if self.dp.is_some() {
+            let stale: Vec<u64> = self
+                .requests
+                .iter()
+                .filter(|(_, r)| r.stage == Stage::Reading && r.started.elapsed() > READ_FALLBACK)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in stale {
+                if let Some(r) = self.requests.get_mut(&id) {
+                    r.read = false;
+                    r.stage = Stage::Routing;
+                    self.retry.push(id);
+                }
+            }
+        }
+        self.reads_waiting.retain(|(_, id)| {
+            self.requests
+                .get(id)
+                .is_some_and(|r| r.stage == Stage::Reading)
+        });
         for id in std::mem::take(&mut self.retry) {
             if self
                 .requests
@@ -1489,6 +1520,7 @@ impl<S: StateMachine> Replica<S> {
         }
         if !leader {
             self.release_held();
+            self.held_timeout();
         }
         // A handler halt that passed nothing up (a follower's retransmissions ran out) is
         // seen only in the registers.
@@ -1619,6 +1651,13 @@ impl<S: StateMachine> Replica<S> {
                 d.held.pop_first();
             }
             let Some((_, pkt)) = d.held.remove(&r.last_index) else {
+                if pushed && !d.held.is_empty() {
+                    // A retransmitted batch filled part of the gap: ask for the rest now
+                    // rather than after the hold timeout.
+                    for (t, _) in d.held.values_mut() {
+                        *t = Instant::now() - fpath::HOLD_TIMEOUT;
+                    }
+                }
                 if pushed && memory {
                     let h = fp::Header {
                         term: r.term,
@@ -1716,6 +1755,21 @@ impl<S: StateMachine> Replica<S> {
             self.raft.dataplane_halted(DisableReason::SnapshotNeeded);
             return;
         }
+        // One retransmission per follower position at a time: a follower keeps asking while it
+        // waits (its gap packets), and answering every request again would flood it with
+        // duplicates (a retransmission storm under load).
+        if let Some(d) = self.dp.as_mut() {
+            let now = Instant::now();
+            if let Some((last, at)) = d.retx_sent.get(&to) {
+                if *last == follower_last && now.duration_since(*at) < fpath::RETX_SPACING {
+                    return;
+                }
+            }
+            if d.retx_sent.len() >= 64 {
+                d.retx_sent.clear();
+            }
+            d.retx_sent.insert(to, (follower_last, now));
+        }
         let hi = self
             .raft
             .last_index()
@@ -1747,20 +1801,31 @@ impl<S: StateMachine> Replica<S> {
     /// host: propose it unchanged if this replica leads (its origin answers), else drop it
     /// (the origin times out).
     fn on_fast_forward(&mut self, env: Envelope) {
-        if self.raft.role() != Role::Leader || env.origin == 0 || env.origin == self.cfg.id {
+        if env.origin == 0 || env.origin == self.cfg.id {
             return;
         }
+        let (origin, req) = (env.origin, env.req);
         let env = Envelope {
             now_ms: wall_ms(),
             ..env
         };
-        match self.raft.propose(env.encode()) {
-            Ok(Proposal::Appended(index)) => {
-                self.sw_latency.proposed(index);
-                self.counters.proposals += 1;
-            }
-            Ok(Proposal::ViaDataPlane) => self.counters.proposals += 1,
-            Err(_) => {}
+        let proposed = self.raft.role() == Role::Leader
+            && match self.raft.propose(env.encode()) {
+                Ok(Proposal::Appended(index)) => {
+                    self.sw_latency.proposed(index);
+                    true
+                }
+                Ok(Proposal::ViaDataPlane) => true,
+                Err(_) => false,
+            };
+        if proposed {
+            self.counters.proposals += 1;
+        } else {
+            // Not in the log (not leader, or a hand-off is running): the origin may route it
+            // again without risk of a double apply, as for a forward over TCP.
+            let leader = self.raft.leader();
+            self.transport
+                .send(origin, &Frame::ForwardNack { req, leader });
         }
     }
 
