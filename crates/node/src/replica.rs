@@ -909,34 +909,14 @@ impl<S: StateMachine> Replica<S> {
                 client,
                 seq,
                 command,
-            } => {
-                let proposed = self.raft.role() == Role::Leader && {
-                    let env = Envelope {
-                        origin: from,
-                        req,
-                        client,
-                        seq,
-                        now_ms: wall_ms(),
-                        command,
-                    };
-                    match self.raft.propose(env.encode()) {
-                        Ok(Proposal::Appended(index)) => {
-                            self.sw_latency.proposed(index);
-                            true
-                        }
-                        Ok(Proposal::ViaDataPlane) => true,
-                        Err(_) => false,
-                    }
-                };
-                if proposed {
-                    self.counters.proposals += 1;
-                } else {
-                    // Not in the log: the origin may route it again without risk of a double apply.
-                    let leader = self.raft.leader();
-                    self.transport
-                        .send(from, &Frame::ForwardNack { req, leader });
-                }
-            }
+            } => self.propose_forwarded(Envelope {
+                origin: from,
+                req,
+                client,
+                seq,
+                now_ms: 0,
+                command,
+            }),
             Frame::ForwardNack { req, .. } => {
                 if self
                     .requests
@@ -1804,6 +1784,14 @@ impl<S: StateMachine> Replica<S> {
         if env.origin == 0 || env.origin == self.cfg.id {
             return;
         }
+        self.propose_forwarded(env);
+    }
+
+    /// Proposes a request replica `env.origin` forwarded (over TCP or the fast path), stamped
+    /// with this leader's clock; its origin answers the client when it applies the entry. Not
+    /// proposed (not leader, or a hand-off is running): a NACK tells the origin it may route
+    /// the request again without risk of a double apply.
+    fn propose_forwarded(&mut self, env: Envelope) {
         let (origin, req) = (env.origin, env.req);
         let env = Envelope {
             now_ms: wall_ms(),
@@ -1821,8 +1809,6 @@ impl<S: StateMachine> Replica<S> {
         if proposed {
             self.counters.proposals += 1;
         } else {
-            // Not in the log (not leader, or a hand-off is running): the origin may route it
-            // again without risk of a double apply, as for a forward over TCP.
             let leader = self.raft.leader();
             self.transport
                 .send(origin, &Frame::ForwardNack { req, leader });
