@@ -85,3 +85,82 @@ impl Registers {
         self.quorum = self.n_nodes / 2 + 1;
     }
 }
+
+impl Registers {
+    /// The registers the Raft core hands over at an enable (`DataPlaneCommand::Enable`), for
+    /// group `group_id`, with the enable flag set: voters in the order the core lists them,
+    /// quorum a majority of them.
+    ///
+    /// # Panics
+    /// If the core lists no voter or more than [`MAX_NODES`].
+    pub fn from_core(r: &waverunner_raft::DataPlaneRegisters, group_id: u64) -> Registers {
+        assert!(
+            !r.match_index.is_empty() && r.match_index.len() <= MAX_NODES,
+            "the data plane takes 1..={MAX_NODES} voters, got {}",
+            r.match_index.len()
+        );
+        let mut regs = Registers {
+            self_id: r.self_id,
+            leader_id: r.leader_id,
+            group_id,
+            term: r.term,
+            last_index: r.last_index,
+            last_term: r.last_term,
+            commit_index: r.commit_index,
+            term_start_index: r.term_start_index,
+            n_nodes: r.match_index.len() as u32,
+            quorum: (r.match_index.len() / 2 + 1) as u32,
+            enabled: 1,
+            is_leader: u32::from(r.is_leader),
+            flags: if r.defer_ack { R_DEFER_ACK } else { 0 },
+            ..Default::default()
+        };
+        for (slot, &(id, m)) in r.match_index.iter().enumerate() {
+            regs.ids[slot] = id;
+            regs.match_index[slot] = m;
+        }
+        regs
+    }
+
+    /// The registers read back for the Raft core after a disable
+    /// (`Raft::dataplane_disabled`).
+    pub fn to_core(&self) -> waverunner_raft::DataPlaneRegisters {
+        let n = (self.n_nodes as usize).min(MAX_NODES);
+        waverunner_raft::DataPlaneRegisters {
+            self_id: self.self_id,
+            leader_id: self.leader_id,
+            is_leader: self.is_leader != 0,
+            term: self.term,
+            last_index: self.last_index,
+            last_term: self.last_term,
+            commit_index: self.commit_index,
+            term_start_index: self.term_start_index,
+            match_index: (0..n).map(|i| (self.ids[i], self.match_index[i])).collect(),
+            defer_ack: self.flags & R_DEFER_ACK != 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod core_tests {
+    use super::*;
+
+    #[test]
+    fn core_registers_round_trip() {
+        let r = waverunner_raft::DataPlaneRegisters {
+            self_id: 2,
+            leader_id: 1,
+            is_leader: false,
+            term: 5,
+            last_index: 10,
+            last_term: 4,
+            commit_index: 9,
+            term_start_index: 11,
+            match_index: vec![(1, 0), (2, 0), (3, 0)],
+            defer_ack: true,
+        };
+        let f = Registers::from_core(&r, 7);
+        assert_eq!((f.quorum, f.n_nodes, f.enabled, f.group_id), (2, 3, 1, 7));
+        assert_eq!(f.to_core(), r);
+    }
+}

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use waverunner_dataplane::{self as dp, DataPlane, RingRecord};
 use waverunner_fastpath as fp;
-use waverunner_raft::{DataPlaneRegisters, DisableReason};
+use waverunner_raft::DisableReason;
 
 use crate::config::{DataPlaneKind, NodeConfig};
 use crate::replica::Event;
@@ -125,54 +125,6 @@ pub fn halt_reason(code: u32) -> DisableReason {
         fp::HALT_REJECT_RECEIVED => DisableReason::RejectReceived,
         fp::HALT_RETX_EXHAUSTED => DisableReason::RetransmitExhausted,
         _ => DisableReason::Host,
-    }
-}
-
-/// The core's registers as the handler's.
-pub fn to_registers(r: &DataPlaneRegisters) -> fp::Registers {
-    assert!(
-        !r.match_index.is_empty() && r.match_index.len() <= fp::MAX_NODES,
-        "the data plane takes 1..={} voters, got {}",
-        fp::MAX_NODES,
-        r.match_index.len()
-    );
-    let mut regs = fp::Registers {
-        self_id: r.self_id,
-        leader_id: r.leader_id,
-        group_id: u64::from(GROUP),
-        term: r.term,
-        last_index: r.last_index,
-        last_term: r.last_term,
-        commit_index: r.commit_index,
-        term_start_index: r.term_start_index,
-        n_nodes: r.match_index.len() as u32,
-        quorum: (r.match_index.len() / 2 + 1) as u32,
-        enabled: 1,
-        is_leader: u32::from(r.is_leader),
-        flags: if r.defer_ack { fp::R_DEFER_ACK } else { 0 },
-        ..Default::default()
-    };
-    for (slot, &(id, m)) in r.match_index.iter().enumerate() {
-        regs.ids[slot] = id;
-        regs.match_index[slot] = m;
-    }
-    regs
-}
-
-/// The handler's registers read back for the core.
-pub fn from_registers(r: &fp::Registers) -> DataPlaneRegisters {
-    let n = (r.n_nodes as usize).min(fp::MAX_NODES);
-    DataPlaneRegisters {
-        self_id: r.self_id,
-        leader_id: r.leader_id,
-        is_leader: r.is_leader != 0,
-        term: r.term,
-        last_index: r.last_index,
-        last_term: r.last_term,
-        commit_index: r.commit_index,
-        term_start_index: r.term_start_index,
-        match_index: (0..n).map(|i| (r.ids[i], r.match_index[i])).collect(),
-        defer_ack: r.flags & fp::R_DEFER_ACK != 0,
     }
 }
 
@@ -338,25 +290,6 @@ impl SoftwareLatency {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn registers_round_trip() {
-        let r = DataPlaneRegisters {
-            self_id: 2,
-            leader_id: 1,
-            is_leader: false,
-            term: 5,
-            last_index: 10,
-            last_term: 4,
-            commit_index: 9,
-            term_start_index: 11,
-            match_index: vec![(1, 0), (2, 0), (3, 0)],
-            defer_ack: true,
-        };
-        let f = to_registers(&r);
-        assert_eq!((f.quorum, f.n_nodes, f.enabled), (2, 3, 1));
-        assert_eq!(from_registers(&f), r);
-    }
 
     #[test]
     fn reasons_read_as_snake_case() {

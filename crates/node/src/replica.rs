@@ -1346,7 +1346,7 @@ impl<S: StateMachine> Replica<S> {
         };
         match cmd {
             DataPlaneCommand::Enable(r) => {
-                let regs = fpath::to_registers(&r);
+                let regs = fp::Registers::from_core(&r, u64::from(fpath::GROUP));
                 let peers: Vec<(u64, std::net::SocketAddrV4)> = r
                     .match_index
                     .iter()
@@ -1379,7 +1379,7 @@ impl<S: StateMachine> Replica<S> {
                 *d.disables.entry(name.clone()).or_default() += 1;
                 d.last_reason = name;
                 self.on_ring();
-                let regs = fpath::from_registers(&regs);
+                let regs = regs.to_core();
                 if regs.last_index != self.raft.last_index() {
                     return Err(Fatal(format!(
                         "the data plane's last index {} differs from the log's {} after draining its ring",

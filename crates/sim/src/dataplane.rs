@@ -83,26 +83,7 @@ impl SimDataPlane {
             r.match_index.len() <= fp::MAX_NODES,
             "too many voters for the data plane"
         );
-        let mut regs = fp::Registers {
-            self_id: r.self_id,
-            leader_id: r.leader_id,
-            group_id: GROUP_ID,
-            term: r.term,
-            last_index: r.last_index,
-            last_term: r.last_term,
-            commit_index: r.commit_index,
-            term_start_index: r.term_start_index,
-            n_nodes: r.match_index.len() as u32,
-            quorum: (r.match_index.len() / 2 + 1) as u32,
-            enabled: 1,
-            is_leader: u32::from(r.is_leader),
-            flags: if r.defer_ack { fp::R_DEFER_ACK } else { 0 },
-            ..Default::default()
-        };
-        for (slot, &(id, m)) in r.match_index.iter().enumerate() {
-            regs.ids[slot] = id;
-            regs.match_index[slot] = m;
-        }
+        let regs = fp::Registers::from_core(r, GROUP_ID);
         self.regs = regs;
         self.pending.clear();
     }
@@ -115,20 +96,7 @@ impl SimDataPlane {
 
     /// The registers read back for the Raft core.
     pub fn export(&self) -> DataPlaneRegisters {
-        let r = &self.regs;
-        let n = r.n_nodes as usize;
-        DataPlaneRegisters {
-            self_id: r.self_id,
-            leader_id: r.leader_id,
-            is_leader: r.is_leader != 0,
-            term: r.term,
-            last_index: r.last_index,
-            last_term: r.last_term,
-            commit_index: r.commit_index,
-            term_start_index: r.term_start_index,
-            match_index: (0..n).map(|i| (r.ids[i], r.match_index[i])).collect(),
-            defer_ack: r.flags & fp::R_DEFER_ACK != 0,
-        }
+        self.regs.to_core()
     }
 
     /// Runs one packet through the handler, as the XDP program would.
