@@ -56,8 +56,6 @@ pub struct DpClient {
 pub struct DpHost {
     /// The data plane.
     pub plane: Box<dyn DataPlane>,
-    /// `udp` or `xdp`.
-    pub kind: &'static str,
     /// Leader: requests from native clients by index, until applied.
     pub clients: BTreeMap<u64, DpClient>,
     /// fsync: the highest index this replica acknowledged after persisting.
@@ -188,30 +186,23 @@ pub fn open(
         }
     });
     let hooks = dp::Hooks { wake, host_packet };
-    let (plane, kind): (Box<dyn DataPlane>, &'static str) = match cfg.dataplane {
-        DataPlaneKind::Udp => (
-            Box::new(
-                dp::udp::UdpDataPlane::open(&dcfg, hooks)
-                    .map_err(|e| format!("cannot start the udp data plane on {bind}: {e}"))?,
-            ),
-            "udp",
+    let plane: Box<dyn DataPlane> = match cfg.dataplane {
+        DataPlaneKind::Udp => Box::new(
+            dp::udp::UdpDataPlane::open(&dcfg, hooks)
+                .map_err(|e| format!("cannot start the udp data plane on {bind}: {e}"))?,
         ),
-        DataPlaneKind::Xdp => (
-            Box::new(dp::xdp::XdpDataPlane::open(&dcfg, hooks).map_err(|e| {
-                format!(
-                    "cannot start the xdp data plane on {:?} ({bind}): {e}; it needs root, \
-                     native XDP on that interface, and a kernel with BPF ring buffers \
-                     (use dataplane = \"udp\" on hosts without XDP)",
-                    dcfg.interface
-                )
-            })?),
-            "xdp",
-        ),
+        DataPlaneKind::Xdp => Box::new(dp::xdp::XdpDataPlane::open(&dcfg, hooks).map_err(|e| {
+            format!(
+                "cannot start the xdp data plane on {:?} ({bind}): {e}; it needs root, \
+                 native XDP on that interface, and a kernel with BPF ring buffers \
+                 (use dataplane = \"udp\" on hosts without XDP)",
+                dcfg.interface
+            )
+        })?),
         DataPlaneKind::Off => return Err("no data plane configured".into()),
     };
     Ok(DpHost {
         plane,
-        kind,
         clients: BTreeMap::new(),
         acked_persisted: 0,
         records: Vec::new(),

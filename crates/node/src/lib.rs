@@ -162,13 +162,13 @@ fn start_replica_with<S: StateMachine>(
         let sock = d.plane.socket().map_err(|e| {
             StartError(format!(
                 "cannot share the {} data plane's socket: {e}",
-                d.kind
+                d.plane.kind()
             ))
         })?;
         tracing::info!(
             "node {}: {} data plane on {} (starts disabled; the leader enables it)",
             cfg.id,
-            d.kind,
+            d.plane.kind(),
             cfg.listen.client
         );
         (Some(d), Some(sock))

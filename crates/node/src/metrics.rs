@@ -124,6 +124,10 @@ pub struct FastPathStatus {
     pub host_replies: u64,
     /// Heartbeats pushed through the data plane while idle.
     pub heartbeats: u64,
+    /// Follower: appends that arrived ahead of the log, held and pushed back in order.
+    pub reordered: u64,
+    /// Fast-path REJECTs this replica sent while its data plane was off.
+    pub rejects_sent: u64,
     /// The data plane's own counters (summed over CPUs).
     pub handled: u64,
     /// Packets passed to the host.
@@ -310,6 +314,16 @@ impl Status {
                 "dataplane_heartbeats_total",
                 "Idle heartbeats through the data plane.",
                 f.heartbeats,
+            ),
+            (
+                "dataplane_reordered_total",
+                "Appends held for reordering and pushed back.",
+                f.reordered,
+            ),
+            (
+                "dataplane_rejects_sent_total",
+                "REJECTs sent while the data plane was off.",
+                f.rejects_sent,
             ),
         ] {
             let _ = writeln!(

@@ -1236,7 +1236,7 @@ impl<S: StateMachine> Replica<S> {
             voters: conf.voters,
             learners: conf.learners,
             members,
-            dataplane: self.dp.as_ref().map_or("off", |d| d.kind).into(),
+            dataplane: self.dp.as_ref().map_or("off", |d| d.plane.kind()).into(),
             dataplane_enabled: matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }),
             fastpath,
             replication_latency_ns,
@@ -1359,15 +1359,18 @@ impl<S: StateMachine> Replica<S> {
                 d.reorder.clear();
                 d.commits.clear();
                 d.held.clear();
-                d.plane
-                    .enable(&regs, &peers)
-                    .map_err(|e| Fatal(format!("cannot enable the {} data plane: {e}", d.kind)))?;
+                d.plane.enable(&regs, &peers).map_err(|e| {
+                    Fatal(format!(
+                        "cannot enable the {} data plane: {e}",
+                        d.plane.kind()
+                    ))
+                })?;
                 d.enables += 1;
                 d.enabled_term = r.term;
                 tracing::info!(
                     "node {}: {} data plane enabled in term {} ({}, last index {})",
                     self.cfg.id,
-                    d.kind,
+                    d.plane.kind(),
                     r.term,
                     if r.is_leader { "leader" } else { "follower" },
                     r.last_index
@@ -1408,18 +1411,28 @@ impl<S: StateMachine> Replica<S> {
         // XDP runs on every CPU: records of handler calls on different CPUs can reach the
         // ring in another order than the handler produced them (the ring slot is reserved
         // before the handler's lock). Entries are fed by index, commits once their entry is in.
+        // In order (the common case) a record goes straight through; only records behind a
+        // missing entry wait in the reorder maps.
+        let mut entries = Vec::new();
+        let mut commits = Vec::new();
+        let mut next = self.raft.last_index() + 1;
         for rec in recs.drain(..) {
             match rec {
+                RingRecord::Entry(e) if e.index == next && d.reorder.is_empty() => {
+                    entries.push(e);
+                    next += 1;
+                }
                 RingRecord::Entry(e) => {
                     d.reorder.insert(e.index, e);
+                }
+                RingRecord::Commit { index, replied } if index < next => {
+                    commits.push((index, replied));
                 }
                 RingRecord::Commit { index, replied } => {
                     *d.commits.entry(index).or_default() |= replied;
                 }
             }
         }
-        let mut entries = Vec::new();
-        let mut next = self.raft.last_index() + 1;
         while let Some(e) = d.reorder.remove(&next) {
             entries.push(e);
             next += 1;
@@ -1431,7 +1444,6 @@ impl<S: StateMachine> Replica<S> {
                 self.cfg.id
             );
         }
-        let mut commits = Vec::new();
         while d.commits.first_key_value().is_some_and(|(&c, _)| c < next) {
             commits.push(d.commits.pop_first().expect("non-empty"));
         }
@@ -1931,6 +1943,8 @@ impl<S: StateMachine> Replica<S> {
             f.retransmitted = d.retransmitted;
             f.host_replies = d.host_replies;
             f.heartbeats = d.heartbeats;
+            f.reordered = d.reordered;
+            f.rejects_sent = d.rejects_sent;
             f.handled = c.handled;
             f.punted = c.punted;
             f.dropped = c.dropped;
