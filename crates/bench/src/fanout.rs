@@ -254,24 +254,7 @@ impl Testbed {
             (FOLLOWERS[1], FOLLOWER_IPS[1], FOLLOWER_MACS[1]),
         ];
         for (ns, addr, mac) in nodes {
-            ip(&["netns", "add", ns])?;
-            ip(&[
-                "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
-            ])?;
-            ip(&["link", "set", ns, "master", BRIDGE])?;
-            ip(&["link", "set", ns, "up"])?;
-            ip(&["-n", ns, "link", "set", "eth0", "address", &mac_str(&mac)])?;
-            ip(&[
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                "eth0",
-            ])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+            netns::add_host(ns, BRIDGE, addr, Some(&mac_str(&mac)))?;
         }
 
         // The leader: its object also provides wrf_pass for the bridge-side ends.

@@ -115,23 +115,7 @@ impl Testbed {
         ip(&["link", "add", BRIDGE, "type", "bridge"])?;
         ip(&["link", "set", BRIDGE, "up"])?;
         for (ns, addr) in [(NEAR, NEAR_IP), (FAR, FAR_IP)] {
-            ip(&["netns", "add", ns])?;
-            ip(&[
-                "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
-            ])?;
-            ip(&["link", "set", ns, "master", BRIDGE])?;
-            ip(&["link", "set", ns, "up"])?;
-            ip(&[
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                "eth0",
-            ])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+            netns::add_host(ns, BRIDGE, addr, None)?;
         }
         let obj = ObjectBuilder::default()
             .open_memory(BPF_OBJECT)

@@ -118,3 +118,27 @@ pub fn remove_leftovers(prefix: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Creates namespace `ns` with a veth pair: the host end, named `ns`, on `bridge` and up; the
+/// namespace end `eth0` with address `addr` (/24), MAC `mac` if given, up, and `lo` up.
+pub fn add_host(
+    ns: &str,
+    bridge: &str,
+    addr: std::net::Ipv4Addr,
+    mac: Option<&str>,
+) -> Result<(), String> {
+    ip(&["netns", "add", ns])?;
+    ip(&[
+        "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
+    ])?;
+    ip(&["link", "set", ns, "master", bridge])?;
+    ip(&["link", "set", ns, "up"])?;
+    if let Some(mac) = mac {
+        ip(&["-n", ns, "link", "set", "eth0", "address", mac])?;
+    }
+    let cidr = format!("{addr}/24");
+    ip(&["-n", ns, "addr", "add", &cidr, "dev", "eth0"])?;
+    ip(&["-n", ns, "link", "set", "lo", "up"])?;
+    ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+    Ok(())
+}
