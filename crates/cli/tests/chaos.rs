@@ -5,13 +5,12 @@
 //! prints `SKIPPED (needs root)` for them and runs the process faults only — unless `CI=true`,
 //! where it fails: CI must exercise every fault kind.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod cli_harness;
 
-const BIN: &str = env!("CARGO_BIN_EXE_waverunner");
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
 /// The client id of the final reads (`chaos::FINAL_READER`).
 const FINAL_READER: u64 = 1_000_000;
@@ -61,51 +60,17 @@ fn cluster_lock() -> File {
 /// Runs `waverunner ARGS` with a time limit (SIGTERM, which makes chaos tear its cluster
 /// down, then SIGKILL); returns (exit code, stdout, stderr).
 fn run(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("WAVERUNNER_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start waverunner");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + limit;
-    let mut termed = false;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() >= deadline && !termed {
-            eprintln!(
-                "waverunner {} exceeded {} s: SIGTERM",
-                args.join(" "),
-                limit.as_secs()
-            );
-            // SAFETY: our own child, not yet reaped.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-            termed = true;
-        }
-        if Instant::now() >= deadline + Duration::from_secs(60) {
-            let _ = child.kill();
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stdout = t_out.join().unwrap_or_default();
-    let stderr = t_err.join().unwrap_or_default();
-    assert!(!termed, "timed out:\n{stdout}\n{stderr}");
-    (status.code(), stdout, stderr)
+    let o = cli_harness::run_limited(
+        Command::new(cli_harness::BIN)
+            .args(args)
+            .env("WAVERUNNER_LOG", "warn"),
+        limit,
+    );
+    (
+        o.status.code(),
+        cli_harness::text(&o.stdout),
+        cli_harness::text(&o.stderr),
+    )
 }
 
 /// The summary line's fields.

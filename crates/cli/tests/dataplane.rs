@@ -623,58 +623,6 @@ fn netns_mixed_xdp_udp_serves_every_client() {
 // waverunner chaos with a data plane
 // ---------------------------------------------------------------------------------------------
 
-/// Runs `cmd` with a time limit: SIGTERM (chaos then tears its cluster down), SIGKILL a minute
-/// later; a run that needed the SIGTERM fails the test.
-fn run_limited(cmd: &mut std::process::Command, limit: Duration) -> std::process::Output {
-    use std::io::Read;
-    let mut child = cmd
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start waverunner");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let deadline = Instant::now() + limit;
-    let mut termed = false;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() >= deadline && !termed {
-            // SAFETY: our own child, not yet reaped.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-            termed = true;
-        }
-        if Instant::now() >= deadline + Duration::from_secs(60) {
-            let _ = child.kill();
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let o = std::process::Output {
-        status,
-        stdout: t_out.join().unwrap_or_default(),
-        stderr: t_err.join().unwrap_or_default(),
-    };
-    assert!(
-        !termed,
-        "timed out after {limit:?}:\n{}\n{}",
-        cli_harness::text(&o.stdout),
-        cli_harness::text(&o.stderr)
-    );
-    o
-}
-
 fn chaos(dataplane: &str) {
     let all = [
         "kill",
@@ -709,7 +657,7 @@ fn chaos(dataplane: &str) {
     );
     eprintln!("chaos --dataplane {dataplane}: seed {seed} (WAVERUNNER_CHAOS_SEED={seed} repeats the schedule)");
     let base = free_base_port(6).to_string();
-    let out = run_limited(
+    let out = cli_harness::run_limited(
         std::process::Command::new(cli_harness::BIN)
             .args([
                 "chaos",

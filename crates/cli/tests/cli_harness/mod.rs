@@ -163,3 +163,54 @@ pub fn alive(pid: u64) -> bool {
         Err(_) => false,
     }
 }
+
+/// Runs `cmd` with a time limit: SIGTERM (chaos then tears its cluster down), SIGKILL a minute
+/// later; a run that needed the SIGTERM fails the test.
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start waverunner");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + limit;
+    let mut termed = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() >= deadline && !termed {
+            // SAFETY: our own child, not yet reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            termed = true;
+        }
+        if Instant::now() >= deadline + Duration::from_secs(60) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let o = Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    };
+    assert!(
+        !termed,
+        "timed out after {limit:?}:\n{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    o
+}
