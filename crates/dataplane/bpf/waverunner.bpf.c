@@ -330,17 +330,28 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		return wr_to_host(ctx);
 	}
 
-	/* Ring space first: a full ring drops the input before the handler sees it. */
-	ent = bpf_ringbuf_reserve(&wr_ring, sizeof(struct wr_rec_entry), 0);
-	if (!ent) {
-		cnt->ring_full++;
-		return XDP_DROP;
+	/*
+	 * Ring space first: a full ring drops the input before the handler sees it. Only the
+	 * types whose handling can ring a record reserve one: an entry comes only of a client
+	 * request or an append, a commit also of an ack (Figure 4).
+	 */
+	ent = NULL;
+	com = NULL;
+	if (in->type == FP_CLIENT_REQUEST || in->type == FP_APPEND) {
+		ent = bpf_ringbuf_reserve(&wr_ring, sizeof(struct wr_rec_entry), 0);
+		if (!ent) {
+			cnt->ring_full++;
+			return XDP_DROP;
+		}
 	}
-	com = bpf_ringbuf_reserve(&wr_ring, sizeof(struct wr_rec_hdr), 0);
-	if (!com) {
-		bpf_ringbuf_discard(ent, 0);
-		cnt->ring_full++;
-		return XDP_DROP;
+	if (ent || in->type == FP_ACK) {
+		com = bpf_ringbuf_reserve(&wr_ring, sizeof(struct wr_rec_hdr), 0);
+		if (!com) {
+			if (ent)
+				bpf_ringbuf_discard(ent, 0);
+			cnt->ring_full++;
+			return XDP_DROP;
+		}
 	}
 
 	now = bpf_ktime_get_ns();
@@ -358,7 +369,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		cnt->handled++;
 
 	/* The entry record, with the (stamped) payload. */
-	if (out->actions & FP_ACT_RING_ENTRY) {
+	if (ent && (out->actions & FP_ACT_RING_ENTRY)) {
 		if ((out->actions & FP_ACT_BROADCAST) && in->type == FP_CLIENT_REQUEST)
 			wr_stamp(ctx, in->len, now);
 		ent->h.kind = WR_REC_ENTRY;
@@ -425,10 +436,14 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	 * for a record right at its position, so a silent discard there would leave every later
 	 * record unannounced until the reader's poll timeout.
 	 */
-	if (out->actions & FP_ACT_RING_ENTRY)
-		bpf_ringbuf_submit(ent, 0);
-	else
-		bpf_ringbuf_discard(ent, 0);
+	if (ent) {
+		if (out->actions & FP_ACT_RING_ENTRY)
+			bpf_ringbuf_submit(ent, 0);
+		else
+			bpf_ringbuf_discard(ent, 0);
+	}
+	if (!com)
+		return verdict;
 	if (out->actions & FP_ACT_RING_COMMIT) {
 		com->kind = WR_REC_COMMIT;
 		com->flags = replied ? WR_COMMIT_REPLIED : 0;
