@@ -11,9 +11,10 @@
 //! 2. `recvmmsg` batches of up to [`BATCH`] datagrams (non-blocking) from the fast-path socket
 //!    and, with [`Config::multicast`](crate::Config::multicast), from a second socket bound to
 //!    the group (a socket bound to a unicast IP never sees multicast datagrams);
-//! 3. every packet through the handler, its sends collected and flushed in one `sendmmsg`
-//!    batch at the end of the receive batch, then the ring records published, the register
-//!    snapshot and counters updated, and [`Hooks::wake`](crate::Hooks::wake) called (coalesced);
+//! 3. every packet through the handler, its sends collected; at the end of the receive batch
+//!    the ring records published and the register snapshot and counters updated, then the
+//!    sends flushed in one `sendmmsg` batch (so a peer that sees a reply never sees older
+//!    counters), and [`Hooks::wake`](crate::Hooks::wake) called (coalesced);
 //! 4. with nothing received: **busy-poll** (retry `recvmmsg`, `sched_yield` between tries)
 //!    until [`DEFAULT_SPIN`] has passed since the last packet or command, then block in
 //!    `poll()` on the sockets and an eventfd the host signals with every command (timeout
@@ -771,12 +772,10 @@ impl Worker {
         self.now_ms = wall_ms();
     }
 
-    /// Sends, publishes the ring records, the registers and the counters, and wakes the host.
-    /// Everything a packet caused is visible once the counters show it.
+    /// Publishes the ring records, the registers and the counters, then sends, then wakes the
+    /// host. Publishing first means whoever sees a packet this batch sent (a peer, a test) also
+    /// sees everything the batch caused; sending first raced with them.
     fn end_batch(&mut self) {
-        if self.out.n > 0 {
-            self.out.flush(self.sock.as_raw_fd());
-        }
         let records = !self.pending.is_empty();
         if records {
             self.shared
@@ -791,6 +790,9 @@ impl Worker {
         }
         self.shared.counters.add(&self.delta);
         self.delta = Counters::default();
+        if self.out.n > 0 {
+            self.out.flush(self.sock.as_raw_fd());
+        }
         let halted = mem::take(&mut self.halted);
         if (records || halted) && !self.shared.woken.swap(true, Ordering::SeqCst) {
             (self.hooks.wake)();
