@@ -218,6 +218,8 @@ pub struct Counters {
     pub frames_rejected: u64,
     /// Frames to peers dropped (queue full or connection down).
     pub frames_dropped: u64,
+    /// Outbound peer connections found closed by the peer (it crashed or restarted).
+    pub peer_connections_lost: u64,
     /// Bad client input: protocol errors, oversize values, unknown commands.
     pub client_errors: u64,
     /// Membership changes and leader transfers this replica proposed as leader (admin HTTP).
@@ -390,6 +392,11 @@ impl Status {
                 "frames_dropped_total",
                 "Peer frames dropped.",
                 c.frames_dropped,
+            ),
+            (
+                "peer_connections_lost_total",
+                "Outbound peer connections found closed by the peer.",
+                c.peer_connections_lost,
             ),
             ("client_errors_total", "Bad client input.", c.client_errors),
             (
