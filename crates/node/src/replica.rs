@@ -545,6 +545,11 @@ impl<S: StateMachine> Replica<S> {
                 if next_tick <= now {
                     next_tick = now + tick;
                 }
+                // What the tick produced (heartbeats, a campaign's vote requests) goes out now,
+                // not when the next event or tick wakes this loop. Left for the next wake-up,
+                // an idle replica's vote requests waited a tick, and two survivors of a crashed
+                // leader woke each other with them at the same instant: split votes.
+                self.drive()?;
             }
             match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
                 Ok(ev) => {
@@ -1220,6 +1225,7 @@ impl<S: StateMachine> Replica<S> {
         let t = &self.transport.stats;
         self.counters.frames_rejected = t.frames_rejected.load(Ordering::Relaxed);
         self.counters.frames_dropped = t.frames_dropped.load(Ordering::Relaxed);
+        self.counters.peer_connections_lost = t.closed_found.load(Ordering::Relaxed);
         self.counters.messages_rejected = self.raft.counters().messages_rejected;
         let conf = self.raft.conf_state().clone();
         let members = self.member_status();
