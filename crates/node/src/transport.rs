@@ -225,7 +225,10 @@ fn send_loop(
         stats.frames_sent.fetch_add(n, Ordering::Relaxed);
         batch.clear();
         loop {
-            if ended() {
+            // A removed peer's queue is dropped with it: what was queued before the removal
+            // (the last append, which tells it of its removal) is received, written, and then
+            // the channel reports the disconnection. Checking `gone` here would lose it.
+            if stop.load(Ordering::Relaxed) {
                 return;
             }
             match rx.recv_timeout(IDLE_CHECK) {

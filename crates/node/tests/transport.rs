@@ -116,3 +116,57 @@ fn a_frame_sent_the_moment_the_peer_closed_is_carried_to_the_next_connection() {
     expect_nack(&mut second, 2);
     stop.store(true, Ordering::Relaxed);
 }
+
+#[test]
+fn frames_queued_before_a_peer_is_removed_are_still_sent() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let own = TcpListener::bind("127.0.0.1:0").unwrap();
+    let own_addr = own.local_addr().unwrap();
+    let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer_addr: SocketAddr = peer.local_addr().unwrap();
+    let t = Transport::start(
+        1,
+        own,
+        Some(own_addr),
+        &[(2, peer_addr)],
+        |_| true,
+        stop.clone(),
+    );
+    let mut s = accept(&peer);
+    // A frame larger than the socket buffers keeps the sender writing until the peer reads.
+    let big = Frame::Forward {
+        req: 1,
+        client: 0,
+        seq: 0,
+        command: vec![7u8; 64 << 20],
+    };
+    t.send(2, &big);
+    std::thread::sleep(Duration::from_millis(100));
+    // The last frame before the removal (for a removed follower: the append that carries the
+    // commit index of its removal), queued while the sender is still busy.
+    t.send(2, &nack(2));
+    t.remove_peer(2);
+    let mut re = wire::Reassembly::default();
+    let deadline = Instant::now() + WAIT;
+    let first = loop {
+        assert!(Instant::now() < deadline, "the large frame never arrived");
+        match read_frame(&mut s) {
+            Some(Frame::Chunk {
+                total,
+                offset,
+                kind,
+                bytes,
+            }) => {
+                if let Some(f) = re.push(total, offset, kind, &bytes).unwrap() {
+                    break f;
+                }
+            }
+            other => panic!("expected chunks of the large frame, got {other:?}"),
+        }
+    };
+    assert!(matches!(first, Frame::Forward { req: 1, .. }));
+    expect_nack(&mut s, 2);
+    // Then the connection closes: the removed peer is not talked to any more.
+    assert!(read_frame(&mut s).is_none());
+    stop.store(true, Ordering::Relaxed);
+}
