@@ -210,6 +210,9 @@ fn sim(a: SimArgs) -> ExitCode {
         total.snapshots_installed += s.snapshots_installed;
         total.retransmissions += s.retransmissions;
         total.fast_rejects += s.fast_rejects;
+        total.reads_sent += s.reads_sent;
+        total.reads_checked += s.reads_checked;
+        total.reads_refused += s.reads_refused;
         if !r.violations.is_empty() {
             violations += 1;
             eprintln!("seed {} FAILED:", r.seed);
@@ -223,11 +226,12 @@ fn sim(a: SimArgs) -> ExitCode {
         }
     }
     println!(
-        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed, {} retransmitted entries, {} fast-path rejects",
+        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed, {} retransmitted entries, {} fast-path rejects, {} ReadIndex reads ({} checked against acknowledged writes, {} refused)",
         reports.len(), a.nodes, started.elapsed().as_secs_f64(), total.events, total.writes_acked, total.writes_sent,
         total.writes_acked_by_dataplane, total.dataplane_enables, total.dataplane_disables, total.crashes, total.lost_logs,
         total.pauses, total.partitions, total.loss_bursts, total.membership_changes, total.transfers,
-        total.deposed, total.snapshots_installed, total.retransmissions, total.fast_rejects
+        total.deposed, total.snapshots_installed, total.retransmissions, total.fast_rejects,
+        total.reads_sent, total.reads_checked, total.reads_refused
     );
     println!("seeds={} violations={violations}", reports.len());
     if violations > 0 {

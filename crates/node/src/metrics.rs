@@ -192,6 +192,9 @@ pub struct Counters {
     pub proposals: u64,
     /// Requests forwarded to the leader.
     pub forwarded: u64,
+    /// Reads whose ReadIndex the leader refused (its data plane replicates, or it has not
+    /// committed in its term yet), served through the log instead.
+    pub reads_refused: u64,
     /// Entries applied.
     pub applied_entries: u64,
     /// Client requests answered successfully.
@@ -354,6 +357,11 @@ impl Status {
             ),
             ("commits_total", "Entries applied.", c.applied_entries),
             ("answered_total", "Requests answered.", c.answered),
+            (
+                "reads_refused_total",
+                "Reads whose ReadIndex the leader refused, served through the log.",
+                c.reads_refused,
+            ),
             ("timeouts_total", "Requests timed out.", c.timeouts),
             ("busy_total", "Requests refused: queue full.", c.busy),
             (

@@ -31,7 +31,7 @@ use crate::wire::Frame;
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
 pub const EVENT_QUEUE: usize = 65_536;
 /// With a data plane configured, a ReadIndex read unanswered after this long goes through the
-/// log instead.
+/// log instead (a leader that cannot answer refuses at once; this covers lost messages).
 const READ_FALLBACK: Duration = Duration::from_millis(100);
 
 /// Client requests in flight at one replica at most; beyond it requests are refused (busy).
@@ -362,6 +362,9 @@ pub struct Replica<S: StateMachine> {
     next_req: u64,
     requests: HashMap<u64, Request>,
     retry: Vec<u64>,
+    /// Reads whose ReadIndex the leader refused: routed through the log right after the ready
+    /// that carried the refusal (bounded by the requests in flight).
+    refused_reads: Vec<u64>,
     /// Reads answered by ReadIndex, waiting for the applied index: (index, request id).
     reads_waiting: BTreeSet<(u64, u64)>,
     counters: Counters,
@@ -454,6 +457,7 @@ impl<S: StateMachine> Replica<S> {
             next_req,
             requests: HashMap::new(),
             retry: Vec::new(),
+            refused_reads: Vec::new(),
             reads_waiting: BTreeSet::new(),
             counters: Counters::default(),
             write_latency: Histogram::default(),
@@ -974,9 +978,9 @@ impl<S: StateMachine> Replica<S> {
                 self.fail(id, ClientError::Timeout);
             }
         }
-        // A follower's ReadIndex goes unanswered while the leader's data plane is on (the
-        // leader drops it: it has no software heartbeats to confirm its leadership with). Such
-        // a read goes through the log instead after a while; a read is safe to send twice.
+        // A ReadIndex or its answer can be lost (a dropped frame, a leader change); with a data
+        // plane, leadership changes hands often, so such a read goes through the log after a
+        // while instead of waiting for its deadline. A read is safe to send twice.
         if self.dp.is_some() {
             let stale: Vec<u64> = self
                 .requests
@@ -1015,6 +1019,9 @@ impl<S: StateMachine> Replica<S> {
             let rd = self.raft.ready();
             self.handle_ready(rd)?;
             self.raft.advance();
+            for id in std::mem::take(&mut self.refused_reads) {
+                self.route(id);
+            }
             if self.raft.role() == Role::Leader {
                 self.sw_latency.committed(self.raft.commit_index());
             }
@@ -1171,6 +1178,22 @@ impl<S: StateMachine> Replica<S> {
         }
         for p in std::mem::take(&mut rd.dataplane_proposals) {
             self.push_proposal(&p);
+        }
+        for context in rd.read_refusals {
+            let Ok(b) = <[u8; 8]>::try_from(context.as_slice()) else {
+                continue;
+            };
+            let id = u64::from_le_bytes(b);
+            if let Some(r) = self.requests.get_mut(&id) {
+                if r.stage == Stage::Reading {
+                    // The leader cannot answer a ReadIndex now: through the log instead (the
+                    // read is sent once, as its ReadIndex was refused, not lost).
+                    r.read = false;
+                    r.stage = Stage::Routing;
+                    self.counters.reads_refused += 1;
+                    self.refused_reads.push(id);
+                }
+            }
         }
         for rs in rd.read_states {
             let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {

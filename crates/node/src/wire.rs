@@ -210,6 +210,10 @@ pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
             w.put_bytes(context);
             w.put_u64(*index);
         }
+        MessageBody::ReadIndexRefused { context } => {
+            w.put_u8(13);
+            w.put_bytes(context);
+        }
     }
     *out = w.into_inner();
 }
@@ -285,6 +289,9 @@ pub fn decode_message(b: &[u8]) -> Result<Message, WireError> {
         12 => MessageBody::ReadIndexResponse {
             context: get_vec(&mut r)?,
             index: r.get_u64()?,
+        },
+        13 => MessageBody::ReadIndexRefused {
+            context: get_vec(&mut r)?,
         },
         _ => return Err(WireError("unknown message type".into())),
     };
@@ -578,6 +585,7 @@ mod tests {
             context: vec![1],
             index: 8,
         }));
+        roundtrip(msg(MessageBody::ReadIndexRefused { context: vec![2] }));
         roundtrip(Frame::Forward {
             req: 1,
             client: 2,

@@ -92,6 +92,7 @@ pub struct Raft {
     rng: u64,
     pub(crate) msgs: Vec<Message>,
     pub(crate) read_states: Vec<ReadState>,
+    pub(crate) read_refusals: Vec<Vec<u8>>,
     pub(crate) read_only: ReadOnly,
     pub(crate) pending_conf_index: Index,
     pub(crate) transferee: NodeId,
@@ -174,6 +175,7 @@ impl Raft {
             rng,
             msgs: Vec::new(),
             read_states: Vec::new(),
+            read_refusals: Vec::new(),
             read_only: ReadOnly::default(),
             pending_conf_index: 0,
             transferee: 0,
@@ -930,8 +932,11 @@ impl Raft {
                 Ok(())
             }
             MessageBody::ReadIndex { context } => {
-                if self.leader_read(from, context).is_err() {
+                if self.leader_read(from, context.clone()).is_err() {
+                    // Refused, not dropped: the follower serves the read through the log at
+                    // once instead of waiting for an answer that will not come.
                     self.counters.reads_dropped += 1;
+                    self.send(from, MessageBody::ReadIndexRefused { context });
                 }
                 Ok(())
             }
@@ -1004,6 +1009,13 @@ impl Raft {
             }
             MessageBody::ReadIndexResponse { context, index } => {
                 self.read_states.push(ReadState { index, context });
+            }
+            MessageBody::ReadIndexRefused { context } => {
+                self.read_refusals.push(context);
+            }
+            MessageBody::ReadIndex { context } => {
+                // Sent to a replica that does not lead (any more): the sender tries elsewhere.
+                self.send(from, MessageBody::ReadIndexRefused { context });
             }
             _ => {}
         }
@@ -1725,6 +1737,7 @@ impl Raft {
             || !self.msgs.is_empty()
             || self.log.has_committed()
             || !self.read_states.is_empty()
+            || !self.read_refusals.is_empty()
             || self.dp.cmd.is_some()
             || !self.dp.proposals.is_empty()
     }
@@ -1746,6 +1759,7 @@ impl Raft {
             messages: std::mem::take(&mut self.msgs),
             committed_entries: self.log.take_committed(),
             read_states: std::mem::take(&mut self.read_states),
+            read_refusals: std::mem::take(&mut self.read_refusals),
             dataplane: self.dp.cmd.take(),
             dataplane_proposals: std::mem::take(&mut self.dp.proposals),
         }

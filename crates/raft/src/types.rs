@@ -255,6 +255,10 @@ pub enum MessageBody {
     ReadIndex { context: Vec<u8> },
     /// The leader's answer: the read may be served once `index` is applied.
     ReadIndexResponse { context: Vec<u8>, index: Index },
+    /// The receiver cannot answer this ReadIndex now (its data plane replicates, it has not
+    /// committed an entry of its term yet, or it does not lead): serve the read another way
+    /// (through the log) instead of waiting.
+    ReadIndexRefused { context: Vec<u8> },
 }
 
 /// The role of a replica.
@@ -373,6 +377,9 @@ pub struct Ready {
     pub committed_entries: Vec<Entry>,
     /// Reads that may be served once their index is applied.
     pub read_states: Vec<ReadState>,
+    /// Contexts of this replica's ReadIndex requests that the leader refused: serve them
+    /// another way (through the log). Never served from a read state.
+    pub read_refusals: Vec<Vec<u8>>,
     /// Data-plane command, applied first.
     pub dataplane: Option<DataPlaneCommand>,
     /// While the data plane is enabled on the leader: client payloads (and empty heartbeats)

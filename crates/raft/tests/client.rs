@@ -119,6 +119,45 @@ fn read_index_refused_before_the_first_commit_of_the_term() {
 }
 
 #[test]
+fn a_follower_read_the_leader_cannot_answer_yet_is_refused_not_dropped() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.filter = Some(Box::new(|m: &Message| {
+        m.to == 1 && matches!(m.body, MessageBody::AppendResponse { .. })
+    }));
+    net.elect(1);
+    net.rm(2).read_index(b"f".to_vec()).unwrap();
+    net.stabilize();
+    assert!(net.delivered.iter().any(|m| m.from == 1
+        && m.to == 2
+        && m.body
+            == MessageBody::ReadIndexRefused {
+                context: b"f".to_vec()
+            }));
+    assert_eq!(net.nodes[&2].read_refusals, vec![b"f".to_vec()]);
+    assert!(net.nodes[&2].read_states.is_empty(), "never served");
+    assert_eq!(net.r(1).counters().reads_dropped, 1);
+}
+
+#[test]
+fn a_read_index_sent_to_a_follower_is_refused() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    net.propose(1, b"a");
+    let term = net.r(3).term();
+    net.deliver(vec![Message {
+        from: 2,
+        to: 3,
+        term,
+        body: MessageBody::ReadIndex {
+            context: b"g".to_vec(),
+        },
+    }]);
+    net.stabilize();
+    assert_eq!(net.nodes[&2].read_refusals, vec![b"g".to_vec()]);
+    assert!(net.nodes[&2].read_states.is_empty());
+}
+
+#[test]
 fn followers_forward_reads_to_the_leader() {
     let mut net = Net::new(&[1, 2, 3]);
     net.elect(1);

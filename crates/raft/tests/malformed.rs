@@ -286,7 +286,7 @@ fn random_messages_never_panic() {
         let pt = rnd(3);
         let n = rnd(3);
         let entries: Vec<Entry> = (0..n).map(|i| entry(rnd(4), pi + 1 + i + rnd(2))).collect();
-        let body = match rnd(12) {
+        let body = match rnd(13) {
             0 => MessageBody::PreVote {
                 last_index: rnd(6),
                 last_term: rnd(4),
@@ -329,6 +329,7 @@ fn random_messages_never_panic() {
                 context: vec![1],
                 index: rnd(6),
             },
+            11 => MessageBody::ReadIndexRefused { context: vec![1] },
             _ => MessageBody::InstallSnapshot {
                 snapshot: Snapshot {
                     meta: SnapshotMeta {

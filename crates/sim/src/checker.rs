@@ -35,6 +35,8 @@ pub struct Checker {
     acked: BTreeMap<u64, (Index, Term, u64, bool)>,
     /// The same, by index: index → [(write id, term, hash)].
     acked_at: HashMap<Index, Vec<(u64, Term, u64)>>,
+    /// The highest index of an acknowledged write: a read started now must reflect it.
+    max_acked_index: Index,
     /// Every violation seen, in order.
     pub violations: Vec<String>,
 }
@@ -142,6 +144,7 @@ impl Checker {
                 );
             }
         }
+        self.max_acked_index = self.max_acked_index.max(index);
         if self.acked.insert(write, (index, term, hash, dp)).is_none() {
             self.acked_at
                 .entry(index)
@@ -153,6 +156,25 @@ impl Checker {
     /// Writes acknowledged so far.
     pub fn acked(&self) -> &BTreeMap<u64, (Index, Term, u64, bool)> {
         &self.acked
+    }
+
+    /// What a read started now must reflect: the highest index of an acknowledged write.
+    pub fn read_floor(&self) -> Index {
+        self.max_acked_index
+    }
+
+    /// Linearizable reads: a read started when `floor` was [`Checker::read_floor`] was given
+    /// read index `index` by `node`; it is served once `index` is applied, so it is stale if
+    /// `index` is below `floor` (a write acknowledged before the read began would be missed).
+    pub fn on_read_index(&mut self, now: u64, node: NodeId, read: u64, index: Index, floor: Index) {
+        if index < floor {
+            self.violate(
+                now,
+                format!(
+                    "stale read: read {read} at node {node} got read index {index}, but a write at index {floor} was acknowledged before it began"
+                ),
+            );
+        }
     }
 
     /// The highest decided index.

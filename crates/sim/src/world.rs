@@ -3,7 +3,7 @@
 //! schedule, all driven by one seeded event queue.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 
 use waverunner_fastpath as fp;
 use waverunner_raft::{
@@ -87,6 +87,13 @@ pub struct Stats {
     pub retransmissions: u64,
     /// REJECTs sent by followers whose data plane was off.
     pub fast_rejects: u64,
+    /// ReadIndex reads started (a replica whose data plane is on, or that knows no leader,
+    /// refuses at once; those are not counted).
+    pub reads_sent: u64,
+    /// Reads given a read index, each checked against the writes acknowledged before it.
+    pub reads_checked: u64,
+    /// ReadIndex requests the leader (or a non-leader) refused.
+    pub reads_refused: u64,
     pub final_commit: u64,
 }
 
@@ -265,6 +272,9 @@ pub struct World {
     /// (§5.4.2, Figure 8) guards.
     depose: f64,
     next_write: u64,
+    /// Reads in flight: read id → (node, incarnation, the read floor when it began).
+    reads: HashMap<u64, (NodeId, u64, Index)>,
+    next_read: u64,
     membership: MembershipOp,
     membership_since: u64,
     healing: bool,
@@ -309,6 +319,8 @@ impl World {
             phase_us: (80_000, 300_000),
             depose: 0.0,
             next_write: 1,
+            reads: HashMap::new(),
+            next_read: 1,
             membership: MembershipOp::Idle,
             membership_since: 0,
             healing: false,
@@ -478,6 +490,9 @@ impl World {
                     return;
                 }
                 self.client_write();
+                if self.rng.chance(0.5) {
+                    self.client_read();
+                }
                 let gap = self.rng.range(300, 1_500);
                 if !self.healing {
                     self.schedule(gap, Ev::Client);
@@ -845,6 +860,26 @@ impl World {
                     }
                 }
             }
+            for rs in &rd.read_states {
+                let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
+                    continue;
+                };
+                let r = u64::from_le_bytes(b);
+                if let Some(&(node, inc, floor)) = self.reads.get(&r) {
+                    if node == id && inc == n.incarnation {
+                        self.reads.remove(&r);
+                        self.stats.reads_checked += 1;
+                        self.checker.on_read_index(now, id, r, rs.index, floor);
+                    }
+                }
+            }
+            for c in &rd.read_refusals {
+                if let Ok(b) = <[u8; 8]>::try_from(c.as_slice()) {
+                    if self.reads.remove(&u64::from_le_bytes(b)).is_some() {
+                        self.stats.reads_refused += 1;
+                    }
+                }
+            }
             let commit = raft.commit_index();
             if commit < n.last_commit {
                 self.checker.report(
@@ -962,6 +997,32 @@ impl World {
                 pkt: Packet::Fast(hdr, payload),
             },
         );
+    }
+
+    /// A client reads through ReadIndex at a live replica (the leader mostly).
+    fn client_read(&mut self) {
+        let members: Vec<NodeId> = self
+            .nodes
+            .keys()
+            .copied()
+            .filter(|&i| self.alive(i))
+            .collect();
+        let target = match self.leader() {
+            Some(l) if self.rng.chance(0.6) => Some(l),
+            _ => self.rng.pick(&members),
+        };
+        let Some(id) = target else { return };
+        let r = self.next_read;
+        self.next_read += 1;
+        let floor = self.checker.read_floor();
+        let n = self.nodes.get_mut(&id).unwrap();
+        let inc = n.incarnation;
+        let Some(raft) = n.raft.as_mut() else { return };
+        if raft.read_index(r.to_le_bytes().to_vec()).is_ok() {
+            self.stats.reads_sent += 1;
+            self.reads.insert(r, (id, inc, floor));
+            self.drive(id);
+        }
     }
 
     // ----------------------------------------------------------------- faults

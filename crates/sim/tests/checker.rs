@@ -77,3 +77,19 @@ fn a_leader_missing_a_decided_entry_violates_leader_completeness() {
         "entries under the snapshot are covered"
     );
 }
+
+#[test]
+fn a_read_index_below_an_acknowledged_write_is_a_stale_read() {
+    let mut c = Checker::default();
+    let e = entry(4, 1, b"w");
+    c.on_decided(1, 1, 4, 1, entry_hash(e.kind, &e.data));
+    c.on_ack(2, 7, 4, 1, entry_hash(e.kind, &e.data), false);
+    let floor = c.read_floor();
+    assert_eq!(floor, 4);
+    c.on_read_index(3, 2, 1, 4, floor);
+    c.on_read_index(3, 2, 2, 9, floor);
+    assert!(c.violations.is_empty(), "at or above the floor is fine");
+    c.on_read_index(4, 3, 3, 3, floor);
+    assert_eq!(c.violations.len(), 1);
+    assert!(c.violations[0].contains("stale read"));
+}

@@ -14,6 +14,7 @@ pub struct Node {
     pub snapshot: Option<Snapshot>,
     pub applied: Vec<Entry>,
     pub read_states: Vec<ReadState>,
+    pub read_refusals: Vec<Vec<u8>>,
     pub dp_cmds: Vec<DataPlaneCommand>,
     pub dp_props: Vec<Vec<u8>>,
     pub conf: ConfState,
@@ -86,6 +87,7 @@ impl Node {
             snapshot,
             applied: vec![],
             read_states: vec![],
+            read_refusals: vec![],
             dp_cmds: vec![],
             dp_props: vec![],
             conf,
@@ -122,6 +124,7 @@ impl Node {
             self.applied.push(e.clone());
         }
         self.read_states.extend(rd.read_states);
+        self.read_refusals.extend(rd.read_refusals);
         self.dp_props.extend(rd.dataplane_proposals);
         self.raft.advance();
         rd.messages
