@@ -97,6 +97,10 @@ pub struct Raft {
     pub(crate) pending_conf_index: Index,
     pub(crate) transferee: NodeId,
     pub(crate) transfer_elapsed: u32,
+    /// This leader told a follower to campaign (TimeoutNow). A forced campaign ignores the
+    /// followers' leases, so this leader's lease no longer holds: no lease reads for the rest
+    /// of its term.
+    pub(crate) lease_revoked: bool,
     pub(crate) counters: Counters,
     prev_soft: SoftState,
     prev_hard: HardState,
@@ -180,6 +184,7 @@ impl Raft {
             pending_conf_index: 0,
             transferee: 0,
             transfer_elapsed: 0,
+            lease_revoked: false,
             counters: Counters::default(),
             prev_soft: SoftState { leader: 0, role },
             prev_hard: hs,
@@ -391,6 +396,7 @@ impl Raft {
         );
         self.role = Role::Leader;
         self.leader = self.cfg.id;
+        self.lease_revoked = false;
         self.counters.leader_elected += 1;
         self.election_elapsed = 0;
         self.heartbeat_elapsed = 0;
@@ -711,11 +717,19 @@ impl Raft {
         })
     }
 
+    /// Tells `to` to campaign now (leader transfer), which ends this leader's lease.
+    fn send_timeout_now(&mut self, to: NodeId) {
+        debug_assert_eq!(self.role, Role::Leader);
+        self.lease_revoked = true;
+        self.send(to, MessageBody::TimeoutNow);
+    }
+
     fn lease_valid(&self) -> bool {
         let id = self.cfg.id;
         let lease = u64::from(self.cfg.lease_ticks());
         let now = self.now;
         self.cfg.check_quorum
+            && !self.lease_revoked
             && quorum::has_quorum(&self.voters(), |v| {
                 v == id
                     || self
@@ -1322,7 +1336,7 @@ impl Raft {
                 self.send_all(from, was_paused);
             }
             if from == self.transferee && self.match_of(from) == self.log.last_index() {
-                self.send(from, MessageBody::TimeoutNow);
+                self.send_timeout_now(from);
             }
         }
         Ok(())
@@ -1408,7 +1422,7 @@ impl Raft {
                 .map(|(m, std::cmp::Reverse(v))| (v, m));
             if let Some((v, m)) = best {
                 if m == last {
-                    self.send(v, MessageBody::TimeoutNow);
+                    self.send_timeout_now(v);
                 }
             }
             let t = self.term;
@@ -1624,7 +1638,7 @@ impl Raft {
         self.transferee = to;
         self.transfer_elapsed = 0;
         if self.match_of(to) == self.log.last_index() {
-            self.send(to, MessageBody::TimeoutNow);
+            self.send_timeout_now(to);
         } else {
             self.send_all(to, true);
         }

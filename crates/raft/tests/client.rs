@@ -223,3 +223,42 @@ fn lease_reads_answer_at_once_while_the_lease_holds() {
         "no lease: no answer without a quorum"
     );
 }
+
+#[test]
+fn a_leader_that_transfers_leadership_serves_no_more_lease_reads() {
+    // TimeoutNow makes the target campaign past the other followers' leases: the old leader's
+    // lease is void from then on, though it leads until it hears of the new term.
+    let mut net = Net::with(&[1, 2, 3], |c| {
+        c.read_mode = ReadMode::Lease;
+        c.election_tick = 20;
+    });
+    net.elect(1);
+    net.propose(1, b"a");
+    net.tick(1);
+    net.hold = true;
+    net.rm(1).read_index(b"before".to_vec()).unwrap();
+    let _ = net.collect();
+    assert_eq!(net.nodes[&1].read_states.len(), 1, "the lease holds");
+    net.rm(1).transfer_leader(2).unwrap();
+    let msgs = net.collect();
+    assert!(msgs
+        .iter()
+        .any(|m| m.to == 2 && m.body == MessageBody::TimeoutNow));
+    assert_eq!(
+        net.r(1).role(),
+        Role::Leader,
+        "the TimeoutNow is not delivered"
+    );
+    net.rm(1).read_index(b"after".to_vec()).unwrap();
+    let msgs = net.collect();
+    assert_eq!(
+        net.nodes[&1].read_states.len(),
+        1,
+        "no lease read once leadership was handed over"
+    );
+    assert!(
+        msgs.iter().any(|m| matches!(&m.body,
+            MessageBody::Heartbeat { context, .. } if context == b"after")),
+        "a ReadIndex round instead"
+    );
+}

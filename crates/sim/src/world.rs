@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use waverunner_fastpath as fp;
 use waverunner_raft::{
     Bootstrap, ConfChange, ConfState, Config, DataPlaneCommand, DataPlaneState, DisableReason,
-    Entry, EntryKind, HardState, Index, Message, MessageBody, NodeId, Proposal, Raft, Role,
-    Snapshot, Term,
+    Entry, EntryKind, HardState, Index, Message, MessageBody, NodeId, Proposal, Raft, ReadMode,
+    Role, Snapshot, Term,
 };
 
 use crate::checker::{entry_hash, Checker};
@@ -227,6 +227,8 @@ struct Node {
     dp: SimDataPlane,
     incarnation: u64,
     paused: bool,
+    /// When the pause began (simulated µs).
+    paused_at: u64,
     removed: bool,
     /// Writes this node took from clients into its software log.
     requests: HashSet<u64>,
@@ -271,6 +273,8 @@ pub struct World {
     /// election, before it replicated an entry of its own term: the window Raft's commit rule
     /// (§5.4.2, Figure 8) guards.
     depose: f64,
+    /// Per seed: reads by leader lease instead of a ReadIndex round.
+    lease_reads: bool,
     next_write: u64,
     /// Reads in flight: read id → (node, incarnation, the read floor when it began).
     reads: HashMap<u64, (NodeId, u64, Index)>,
@@ -318,6 +322,7 @@ impl World {
             base_delay: 200,
             phase_us: (80_000, 300_000),
             depose: 0.0,
+            lease_reads: false,
             next_write: 1,
             reads: HashMap::new(),
             next_read: 1,
@@ -338,6 +343,7 @@ impl World {
             w.phase_us = (5_000, 40_000);
         }
         w.depose = [0.0, 0.3, 0.6][w.rng.range(0, 3) as usize];
+        w.lease_reads = w.rng.chance(0.5);
         let voters = w.initial_voters.clone();
         for id in voters.clone() {
             let conf = ConfState {
@@ -367,7 +373,11 @@ impl World {
             dataplane: self.opts.dataplane,
             defer_ack: self.opts.durability == Durability::Fsync,
             enable_backoff_ticks: 20,
-            ..Config::default()
+            read_mode: if self.lease_reads {
+                ReadMode::Lease
+            } else {
+                ReadMode::ReadIndex
+            },
         }
     }
 
@@ -392,6 +402,7 @@ impl World {
             dp: SimDataPlane::new(id),
             incarnation: 1,
             paused: false,
+            paused_at: 0,
             removed: false,
             requests: HashSet::new(),
             acked_persisted: 0,
@@ -867,6 +878,14 @@ impl World {
                 let r = u64::from_le_bytes(b);
                 if let Some(&(node, inc, floor)) = self.reads.get(&r) {
                     if node == id && inc == n.incarnation {
+                        if self.opts.trace {
+                            eprintln!(
+                                "{now:>9}us node {id} read {r}: index {} (floor {floor}, {:?} term {})",
+                                rs.index,
+                                raft.role(),
+                                raft.term()
+                            );
+                        }
                         self.reads.remove(&r);
                         self.stats.reads_checked += 1;
                         self.checker.on_read_index(now, id, r, rs.index, floor);
@@ -1016,6 +1035,9 @@ impl World {
         self.next_read += 1;
         let floor = self.checker.read_floor();
         let n = self.nodes.get_mut(&id).unwrap();
+        if n.paused {
+            return; // a stopped process reads no request
+        }
         let inc = n.incarnation;
         let Some(raft) = n.raft.as_mut() else { return };
         if raft.read_index(r.to_le_bytes().to_vec()).is_ok() {
@@ -1087,6 +1109,29 @@ impl World {
                 .count();
             up > voters.len() / 2
         })
+    }
+
+    /// A paused replica runs again. Like the replica loop, it counts the ticks it missed
+    /// (capped at two election timeouts) before anything else: a leader's lease and a
+    /// follower's election timer follow real time.
+    fn resume(&mut self, id: NodeId) {
+        let now = self.now;
+        let cap = 2 * u64::from(self.config(id).election_tick) + 1;
+        let n = self.nodes.get_mut(&id).unwrap();
+        if !n.paused {
+            return;
+        }
+        n.paused = false;
+        let missed = (now - n.paused_at) / TICK_US;
+        if self.opts.trace {
+            eprintln!("{now:>9}us node {id} resumes after {missed} ticks");
+        }
+        if let Some(raft) = n.raft.as_mut() {
+            for _ in 0..missed.min(cap) {
+                raft.tick();
+            }
+            self.drive(id);
+        }
     }
 
     fn crash(&mut self, id: NodeId) {
@@ -1185,8 +1230,8 @@ impl World {
         self.max_delay = self.base_delay;
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
+            self.resume(id);
             let n = self.nodes.get_mut(&id).unwrap();
-            n.paused = false;
             if n.raft.is_none() && !n.removed {
                 self.restart(id);
             }
@@ -1250,7 +1295,10 @@ impl World {
                     self.rng.pick(&live)
                 };
                 if let Some(v) = victim {
-                    self.nodes.get_mut(&v).unwrap().paused = true;
+                    let n = self.nodes.get_mut(&v).unwrap();
+                    n.paused = true;
+                    n.paused_at = self.now;
+                    self.trace(|| format!("node {v} paused"));
                     self.stats.pauses += 1;
                 }
             }
