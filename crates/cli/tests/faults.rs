@@ -12,6 +12,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -391,6 +392,41 @@ fn sigstop_leader_then_sigcont() {
         dt <= FAILOVER_BOUND,
         "a new leader after {dt:?}: more than 2 × the election timeout (2 × {ELECTION_TIMEOUT_MAX_MS} ms) + 100 ms of polling"
     );
+}
+
+/// Lease reads: a leader stopped past its lease, while another leader took writes, must not
+/// answer a read that waited for it (in its socket) with the value from before the stop.
+#[test]
+fn sigstop_lease_leader_serves_no_stale_read_after_sigcont() {
+    let mut c = Cluster::start(
+        3,
+        Opts {
+            read_mode: "lease",
+            ..Opts::default()
+        },
+    );
+    let old = c.wait_leader(WAIT);
+    assert_eq!(redis(c.redis_addr(old), &["SET", "lease", "before"]), "OK");
+    assert_eq!(redis(c.redis_addr(old), &["GET", "lease"]), "\"before\"");
+    // Connected before the stop, so the read reaches the stopped process's socket.
+    let mut s = connect(c.redis_addr(old), WAIT);
+    let t0 = Instant::now();
+    c.kill(old, libc::SIGSTOP);
+    let survivors = others(&c, old);
+    let (_, new) = time_to_new_leader(&c, old, &survivors, t0);
+    assert_eq!(redis(c.redis_addr(new), &["SET", "lease", "after"]), "OK");
+    // The write is acknowledged; a read that starts now must see it.
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$5\r\nlease\r\n")
+        .expect("queue the read");
+    std::thread::sleep(Duration::from_millis(50));
+    c.kill(old, libc::SIGCONT);
+    let (got, _) = read_until(&mut s, WAIT, |b| b.ends_with(b"\r\n") && b.len() > 4);
+    let got = String::from_utf8_lossy(&got).into_owned();
+    assert!(
+        !got.contains("before"),
+        "stale read from the old leader after SIGCONT: {got:?}"
+    );
+    println!("read at the old leader {old} after SIGCONT (new leader {new}): {got:?}");
 }
 
 #[test]

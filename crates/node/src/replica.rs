@@ -3,7 +3,7 @@
 //! (membership changes, leader transfer) — then acts on the core's ready batches (persist,
 //! send, apply, answer). Nothing else touches Raft state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -522,6 +522,37 @@ impl<S: StateMachine> Replica<S> {
         self.transport.remove_peer(id);
     }
 
+    /// Counts the ticks that elapsed up to now, if any, and sends what they produced.
+    fn tick_if_due(&mut self, next_tick: &mut Instant, tick: Duration) -> Result<(), Fatal> {
+        let now = Instant::now();
+        if now < *next_tick {
+            return Ok(());
+        }
+        // Every tick that elapsed counts, also those missed while the process was stopped or
+        // starved: a leader's lease and a follower's election timer follow real time, so a
+        // paused leader's lease has expired before it serves again.
+        let missed = (now - *next_tick).as_nanos() / tick.as_nanos().max(1);
+        // Two election timeouts expire every timer; more would only repeat heartbeats.
+        let cap = 2 * u64::from(self.cfg.election_ticks) + 1;
+        let ticks = (missed as u64 + 1).min(cap);
+        // Appends the data plane took while this loop was starved are on the ring: feed them
+        // first, so a follower's election timer counts from the last one it really got rather
+        // than from before the stall.
+        if self.dp.is_some() {
+            self.on_ring();
+        }
+        self.on_tick(ticks);
+        *next_tick += tick * (missed as u32).saturating_add(1);
+        if *next_tick <= now {
+            *next_tick = now + tick;
+        }
+        // What the tick produced (heartbeats, a campaign's vote requests) goes out now, not
+        // when the next event or tick wakes this loop. Left for the next wake-up, an idle
+        // replica's vote requests waited a tick, and two survivors of a crashed leader woke
+        // each other with them at the same instant: split votes.
+        self.drive()
+    }
+
     /// Runs until shutdown or a fatal error.
     pub fn run(mut self, rx: Receiver<Event>, stop: Arc<AtomicBool>) -> Result<(), Fatal> {
         let tick = Duration::from_millis(self.cfg.tick_ms);
@@ -529,34 +560,13 @@ impl<S: StateMachine> Replica<S> {
         self.drive()?;
         self.publish();
         'outer: loop {
-            let now = Instant::now();
-            if now >= next_tick {
-                // Every tick that elapsed counts, also those missed while the process was
-                // stopped or starved: a leader's lease and a follower's election timer follow
-                // real time, so a paused leader's lease has expired before it serves again.
-                let missed = (now - next_tick).as_nanos() / tick.as_nanos().max(1);
-                // Two election timeouts expire every timer; more would only repeat heartbeats.
-                let cap = 2 * u64::from(self.cfg.election_ticks) + 1;
-                let ticks = (missed as u64 + 1).min(cap);
-                // Appends the data plane took while this loop was starved are on the ring:
-                // feed them first, so a follower's election timer counts from the last one it
-                // really got rather than from before the stall.
-                if self.dp.is_some() {
-                    self.on_ring();
-                }
-                self.on_tick(ticks);
-                next_tick += tick * (missed as u32).saturating_add(1);
-                if next_tick <= now {
-                    next_tick = now + tick;
-                }
-                // What the tick produced (heartbeats, a campaign's vote requests) goes out now,
-                // not when the next event or tick wakes this loop. Left for the next wake-up,
-                // an idle replica's vote requests waited a tick, and two survivors of a crashed
-                // leader woke each other with them at the same instant: split votes.
-                self.drive()?;
-            }
+            self.tick_if_due(&mut next_tick, tick)?;
             match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
                 Ok(ev) => {
+                    // Time first: a process stopped (SIGSTOP) or starved while an event waited
+                    // would otherwise handle it with the clock of before the stall, e.g. serve
+                    // a lease read from a lease that expired meanwhile.
+                    self.tick_if_due(&mut next_tick, tick)?;
                     if !self.on_event(ev) {
                         break 'outer;
                     }
@@ -1060,6 +1070,17 @@ impl<S: StateMachine> Replica<S> {
                     self.counters.elections += 1;
                 }
                 self.role = ss.role;
+            }
+            // A ReadIndex round dies with the leadership it was confirming (the core drops
+            // it), and one sent to a former leader goes unanswered: route those reads again
+            // rather than leave them to their deadline. Reads already given an index only
+            // wait for the apply. A read is safe to send twice.
+            let waiting: HashSet<u64> = self.reads_waiting.iter().map(|&(_, id)| id).collect();
+            for (id, r) in self.requests.iter_mut() {
+                if r.stage == Stage::Reading && !waiting.contains(id) {
+                    r.stage = Stage::Routing;
+                    self.retry.push(*id);
+                }
             }
         }
         if let Some(cmd) = rd.dataplane.take() {
