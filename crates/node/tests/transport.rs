@@ -54,8 +54,16 @@ fn expect_nack(s: &mut TcpStream, req: u64) {
     }
 }
 
-#[test]
-fn first_frame_after_a_peer_restart_reaches_the_new_incarnation() {
+/// A transport (node 1) connected to a raw peer (node 2) that already received frame 1.
+struct Link {
+    t: Arc<Transport>,
+    peer: TcpListener,
+    peer_addr: SocketAddr,
+    conn: TcpStream,
+    stop: Arc<AtomicBool>,
+}
+
+fn link() -> Link {
     let stop = Arc::new(AtomicBool::new(false));
     let own = TcpListener::bind("127.0.0.1:0").unwrap();
     let own_addr = own.local_addr().unwrap();
@@ -69,11 +77,27 @@ fn first_frame_after_a_peer_restart_reaches_the_new_incarnation() {
         |_| true,
         stop.clone(),
     );
-
-    let mut first = accept(&peer);
+    let mut conn = accept(&peer);
     t.send(2, &nack(1));
-    expect_nack(&mut first, 1);
+    expect_nack(&mut conn, 1);
+    Link {
+        t,
+        peer,
+        peer_addr,
+        conn,
+        stop,
+    }
+}
 
+#[test]
+fn first_frame_after_a_peer_restart_reaches_the_new_incarnation() {
+    let Link {
+        t,
+        peer,
+        peer_addr,
+        conn: first,
+        stop,
+    } = link();
     // The peer crashes: its process's sockets close, and it starts again on the same port.
     drop(first);
     drop(peer);
@@ -91,48 +115,21 @@ fn first_frame_after_a_peer_restart_reaches_the_new_incarnation() {
 
 #[test]
 fn a_frame_sent_the_moment_the_peer_closed_is_carried_to_the_next_connection() {
-    let stop = Arc::new(AtomicBool::new(false));
-    let own = TcpListener::bind("127.0.0.1:0").unwrap();
-    let own_addr = own.local_addr().unwrap();
-    let peer = TcpListener::bind("127.0.0.1:0").unwrap();
-    let peer_addr: SocketAddr = peer.local_addr().unwrap();
-    let t = Transport::start(
-        1,
-        own,
-        Some(own_addr),
-        &[(2, peer_addr)],
-        |_| true,
-        stop.clone(),
-    );
-    let mut first = accept(&peer);
-    t.send(2, &nack(1));
-    expect_nack(&mut first, 1);
-
+    let l = link();
     // Close and send at once: whether the idle check or the check before the write finds the
     // close, frame 2 must arrive on the next connection.
-    drop(first);
-    t.send(2, &nack(2));
-    let mut second = accept(&peer);
+    drop(l.conn);
+    l.t.send(2, &nack(2));
+    let mut second = accept(&l.peer);
     expect_nack(&mut second, 2);
-    stop.store(true, Ordering::Relaxed);
+    l.stop.store(true, Ordering::Relaxed);
 }
 
 #[test]
 fn frames_queued_before_a_peer_is_removed_are_still_sent() {
-    let stop = Arc::new(AtomicBool::new(false));
-    let own = TcpListener::bind("127.0.0.1:0").unwrap();
-    let own_addr = own.local_addr().unwrap();
-    let peer = TcpListener::bind("127.0.0.1:0").unwrap();
-    let peer_addr: SocketAddr = peer.local_addr().unwrap();
-    let t = Transport::start(
-        1,
-        own,
-        Some(own_addr),
-        &[(2, peer_addr)],
-        |_| true,
-        stop.clone(),
-    );
-    let mut s = accept(&peer);
+    let l = link();
+    let t = &l.t;
+    let mut s = l.conn;
     // A frame larger than the socket buffers keeps the sender writing until the peer reads.
     let big = Frame::Forward {
         req: 1,
@@ -168,5 +165,5 @@ fn frames_queued_before_a_peer_is_removed_are_still_sent() {
     expect_nack(&mut s, 2);
     // Then the connection closes: the removed peer is not talked to any more.
     assert!(read_frame(&mut s).is_none());
-    stop.store(true, Ordering::Relaxed);
+    l.stop.store(true, Ordering::Relaxed);
 }

@@ -143,16 +143,7 @@ fn a_read_index_sent_to_a_follower_is_refused() {
     let mut net = Net::new(&[1, 2, 3]);
     net.elect(1);
     net.propose(1, b"a");
-    let term = net.r(3).term();
-    net.deliver(vec![Message {
-        from: 2,
-        to: 3,
-        term,
-        body: MessageBody::ReadIndex {
-            context: b"g".to_vec(),
-        },
-    }]);
-    net.stabilize();
+    net.read_index_to(2, 3, b"g");
     assert_eq!(net.nodes[&2].read_refusals, vec![b"g".to_vec()]);
     assert!(net.nodes[&2].read_states.is_empty());
 }

@@ -194,16 +194,7 @@ fn an_accelerated_leader_refuses_a_follower_read_index() {
     // It has no software heartbeats to confirm its leadership with; the follower serves the
     // read through the log instead.
     let mut net = enabled();
-    let term = net.r(1).term();
-    net.deliver(vec![Message {
-        from: 3,
-        to: 1,
-        term,
-        body: MessageBody::ReadIndex {
-            context: b"r".to_vec(),
-        },
-    }]);
-    net.stabilize();
+    net.read_index_to(3, 1, b"r");
     assert_eq!(net.nodes[&3].read_refusals, vec![b"r".to_vec()]);
     assert!(net.nodes[&3].read_states.is_empty());
     assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 2 });

@@ -983,18 +983,25 @@ impl World {
 
     // ---------------------------------------------------------------- clients
 
-    fn client_write(&mut self) {
+    /// Where a client sends a request: the leader with probability `to_leader` (when there
+    /// is one), otherwise any live replica.
+    fn client_target(&mut self, to_leader: f64) -> Option<NodeId> {
         let members: Vec<NodeId> = self
             .nodes
             .keys()
             .copied()
             .filter(|&i| self.alive(i))
             .collect();
-        let target = match self.leader() {
-            Some(l) if self.rng.chance(0.85) => Some(l),
+        match self.leader() {
+            Some(l) if self.rng.chance(to_leader) => Some(l),
             _ => self.rng.pick(&members),
+        }
+    }
+
+    fn client_write(&mut self) {
+        let Some(to) = self.client_target(0.85) else {
+            return;
         };
-        let Some(to) = target else { return };
         let w = self.next_write;
         self.next_write += 1;
         self.stats.writes_sent += 1;
@@ -1020,17 +1027,9 @@ impl World {
 
     /// A client reads through ReadIndex at a live replica (the leader mostly).
     fn client_read(&mut self) {
-        let members: Vec<NodeId> = self
-            .nodes
-            .keys()
-            .copied()
-            .filter(|&i| self.alive(i))
-            .collect();
-        let target = match self.leader() {
-            Some(l) if self.rng.chance(0.6) => Some(l),
-            _ => self.rng.pick(&members),
+        let Some(id) = self.client_target(0.6) else {
+            return;
         };
-        let Some(id) = target else { return };
         let r = self.next_read;
         self.next_read += 1;
         let floor = self.checker.read_floor();

@@ -221,6 +221,20 @@ impl Net {
     }
 
     /// Runs until no node has anything to do.
+    /// Delivers a ReadIndex request from `from` to `to` in `to`'s term, and stabilizes.
+    pub fn read_index_to(&mut self, from: NodeId, to: NodeId, context: &[u8]) {
+        let term = self.r(to).term();
+        self.deliver(vec![Message {
+            from,
+            to,
+            term,
+            body: MessageBody::ReadIndex {
+                context: context.to_vec(),
+            },
+        }]);
+        self.stabilize();
+    }
+
     pub fn stabilize(&mut self) {
         for _ in 0..10_000 {
             let msgs = self.collect();
