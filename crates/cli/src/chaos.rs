@@ -46,6 +46,8 @@ const LEADER_WAIT: Duration = Duration::from_secs(30);
 const CONVERGE_WAIT: Duration = Duration::from_secs(30);
 /// How long a restarted replica has to catch up (leave `recovering`) before the next fault.
 const RECOVER_WAIT: Duration = Duration::from_secs(15);
+/// How long a membership fault retries a removal the leader refuses as quorum-losing.
+const QUORUM_REFUSAL_WAIT: Duration = Duration::from_secs(3);
 /// Timeout of one `/status` request while faults are in force.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(400);
 /// How long the final reads may take in all.
@@ -588,6 +590,11 @@ pub(crate) mod member {
     pub fn add(dir: &Path) -> Result<u64, String> {
         crate::member::add_member(dir)
     }
+
+    /// Whether `remove` failed because the leader refused: the group would lose its quorum.
+    pub fn is_quorum_refusal(e: &str) -> bool {
+        e.contains(crate::member::QUORUM_REFUSAL)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -917,7 +924,23 @@ impl<'a> Scheduler<'a> {
                     return Ok(Active::None);
                 };
                 let tag = Self::leader_tag(&cf, &self.down, &ids);
-                member::remove(&self.cluster_dir, id)?;
+                // The leader refuses a removal that would leave too few voters up and caught
+                // up (a replica just back from a partition, say). That is the guard working,
+                // not an anomaly: wait a little for the group to catch up, else skip.
+                let deadline = Instant::now() + QUORUM_REFUSAL_WAIT;
+                loop {
+                    match member::remove(&self.cluster_dir, id) {
+                        Ok(()) => break,
+                        Err(e) if member::is_quorum_refusal(&e) => {
+                            if Instant::now() >= deadline || self.stop.load(Ordering::Relaxed) {
+                                self.note(format!("membership: skipped ({e})"));
+                                return Ok(Active::None);
+                            }
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
                 self.note(format!("membership: removed {tag}"));
                 self.refresh_targets();
                 Ok(Active::Removed(id))

@@ -30,6 +30,9 @@ use crate::cluster::{
 
 /// How long one membership request may go on being refused or unanswered.
 const CHANGE_DEADLINE: Duration = Duration::from_secs(30);
+/// The admin protocol's error code for a change that would leave too few voters up and caught
+/// up; a refusal for good, so it ends up in the error `change` returns.
+pub const QUORUM_REFUSAL: &str = "would lose quorum";
 /// Timeout of one admin request (the replica answers once the change commits, or after its
 /// request timeout).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -538,6 +541,13 @@ mod tests {
             log: "/x/node.log".into(),
             joined,
         }
+    }
+
+    #[test]
+    fn a_quorum_refusal_is_recognised_by_its_error_code() {
+        let e = waverunner_node::AdminError::WouldLoseQuorum;
+        assert_eq!(e.reason(), QUORUM_REFUSAL);
+        assert!(e.to_string().contains(QUORUM_REFUSAL));
     }
 
     #[test]
