@@ -39,7 +39,7 @@ use libbpf_rs::{
 };
 
 use crate::cpu;
-use crate::netns::{self, ip};
+use crate::netns;
 use crate::stats::{quantiles, Quantiles};
 
 static BPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fanout.bpf.o"));
@@ -237,16 +237,7 @@ impl Testbed {
             devmap_error: None,
         };
         // From here on, a failure drops `tb`, which removes what was made.
-        ip(&[
-            "link",
-            "add",
-            BRIDGE,
-            "type",
-            "bridge",
-            "mcast_snooping",
-            "0",
-        ])?;
-        ip(&["link", "set", BRIDGE, "up"])?;
+        netns::add_bridge(BRIDGE)?;
         let nodes = [
             (SENDER, SENDER_IP, SENDER_MAC),
             (LEADER, LEADER_IP, LEADER_MAC),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
-use crate::netns::{self, ip};
+use crate::netns;
 use crate::stats::{quantiles, Quantiles};
 
 static BPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/echo.bpf.o"));
@@ -112,8 +112,7 @@ impl Testbed {
             echo: None,
         };
         // From here on, a failure drops `tb`, which removes what was made.
-        ip(&["link", "add", BRIDGE, "type", "bridge"])?;
-        ip(&["link", "set", BRIDGE, "up"])?;
+        netns::add_bridge(BRIDGE)?;
         for (ns, addr) in [(NEAR, NEAR_IP), (FAR, FAR_IP)] {
             netns::add_host(ns, BRIDGE, addr, None)?;
         }

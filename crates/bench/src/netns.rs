@@ -6,10 +6,13 @@ use std::process::Command;
 
 /// Runs `ip ARGS` and returns its standard output, or an error naming the command.
 pub fn ip(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run `ip {}`: {e} (install iproute2)", args.join(" ")))?;
+    let out = Command::new("ip").args(args).output().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            "the `ip` command is missing: install iproute2 (apt-get install iproute2)".to_string()
+        } else {
+            format!("cannot run `ip {}`: {e}", args.join(" "))
+        }
+    })?;
     if !out.status.success() {
         return Err(format!(
             "`ip {}` failed: {}",
@@ -116,6 +119,14 @@ pub fn remove_leftovers(prefix: &str) -> Result<(), String> {
             _ => {}
         }
     }
+    Ok(())
+}
+
+/// Creates bridge `name` in the host namespace and sets it up. Multicast snooping is off, so
+/// the bridge floods multicast to every port (the data plane's fan-out, docs/dataplane.md).
+pub fn add_bridge(name: &str) -> Result<(), String> {
+    ip(&["link", "add", name, "type", "bridge", "mcast_snooping", "0"])?;
+    ip(&["link", "set", name, "up"])?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
+use waverunner_bench::netns::{self, ip};
 use waverunner_node::config::{DataPlaneKind, DurabilityMode, Listen, Peer, ReadModeConfig};
 use waverunner_node::NodeConfig;
 
@@ -691,43 +692,17 @@ fn log_tails(cf: &ClusterFile) -> String {
 // Network namespaces
 // ---------------------------------------------------------------------------------------------
 
-/// Runs `ip ARGS`, returning its standard output or an error naming the command.
-fn ip(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| {
-        if e.kind() == ErrorKind::NotFound {
-            "the `ip` command is missing: install iproute2 (apt-get install iproute2)".to_string()
-        } else {
-            format!("cannot run `ip {}`: {e}", args.join(" "))
-        }
-    })?;
-    if !out.status.success() {
-        return Err(format!(
-            "`ip {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Our network namespaces (`wr-*`) that exist now.
 fn our_namespaces() -> Result<Vec<String>, String> {
-    Ok(ip(&["netns", "list"])?
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("wr-"))
-        .map(String::from)
-        .collect())
+    netns::namespaces_with_prefix(&format!("{NAME_PREFIX}-"))
 }
 
 /// Our links in the host namespace (the bridge and `wr-*` veth ends) that exist now.
 fn our_links() -> Result<Vec<String>, String> {
-    // `ip -o link show` lines look like `7: wr-n1@if2: <BROADCAST,…> …`.
-    Ok(ip(&["-o", "link", "show"])?
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap_or(n).to_string())
-        .filter(|n| n == BRIDGE || n.starts_with("wr-"))
+    let ours = format!("{NAME_PREFIX}-");
+    Ok(netns::links_with_prefix(NAME_PREFIX)?
+        .into_iter()
+        .filter(|n| n == BRIDGE || n.starts_with(&ours))
         .collect())
 }
 
@@ -763,17 +738,8 @@ fn remove_leftover_netns() -> Result<(), String> {
 fn create_netns(hosts: &[(String, Ipv4Addr)]) -> Result<(), String> {
     // Multicast snooping off: the bridge floods the xdp leader's multicast appends to every
     // port (docs/dataplane.md, fan-out).
-    ip(&[
-        "link",
-        "add",
-        BRIDGE,
-        "type",
-        "bridge",
-        "mcast_snooping",
-        "0",
-    ])?;
+    netns::add_bridge(BRIDGE)?;
     ip(&["addr", "add", &format!("{BRIDGE_IP}/24"), "dev", BRIDGE])?;
-    ip(&["link", "set", BRIDGE, "up"])?;
     for (ns, addr) in hosts {
         add_netns_host(ns, *addr)?;
     }
@@ -797,12 +763,7 @@ pub(crate) fn add_netns_host(ns: &str, addr: Ipv4Addr) -> Result<(), String> {
     if our_links()?.iter().any(|l| l == ns) {
         del_link(ns)?;
     }
-    ip(&["netns", "add", ns])?;
-    ip(&[
-        "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns,
-    ])?;
-    ip(&["link", "set", ns, "master", BRIDGE])?;
-    ip(&["link", "set", ns, "up"])?;
+    netns::add_host(ns, BRIDGE, addr, None)?;
     // XDP_TX out of a namespace's eth0 is dropped unless the veth's other end has an XDP
     // program too (DESIGN §5): a pass-through one, on every namespace so that the data planes
     // compare on the same path.
@@ -812,17 +773,6 @@ pub(crate) fn add_netns_host(ns: &str, addr: Ipv4Addr) -> Result<(), String> {
              an xdp replica behind it cannot send (XDP_TX)"
         );
     }
-    ip(&[
-        "-n",
-        ns,
-        "addr",
-        "add",
-        &format!("{addr}/24"),
-        "dev",
-        "eth0",
-    ])?;
-    ip(&["-n", ns, "link", "set", "lo", "up"])?;
-    ip(&["-n", ns, "link", "set", "eth0", "up"])?;
     Ok(())
 }
 
