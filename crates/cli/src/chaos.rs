@@ -1388,6 +1388,7 @@ fn run_inner(a: &ChaosArgs) -> Result<ExitCode, String> {
         tick_ms: 10,
         election_ticks: 10,
         dataplanes: dataplane_kinds(a.dataplane),
+        maxmemory: 0,
     };
     let cf = cluster::up(&opts)?;
     println!(

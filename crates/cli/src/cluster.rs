@@ -285,6 +285,8 @@ pub struct UpOptions {
     /// Data plane per replica: replica `i` (1-based) uses `dataplanes[(i - 1) % len]`; empty
     /// means `off` everywhere. `xdp` needs network namespaces.
     pub dataplanes: Vec<DataPlaneKind>,
+    /// Every replica's `maxmemory` in bytes (0: no limit).
+    pub maxmemory: u64,
 }
 
 /// The IPv4 multicast group an `xdp` leader sends appends to inside a namespace cluster
@@ -327,6 +329,7 @@ impl UpOptions {
             tick_ms: 10,
             election_ticks: 10,
             dataplanes: Vec::new(),
+            maxmemory: 0,
         }
     }
 }
@@ -409,7 +412,8 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
             heartbeat_ticks: 1,
             snapshot_entries: 10_000,
             request_timeout_ms: 3_000,
-            max_value_bytes: 1 << 20,
+            max_value_bytes: waverunner_node::config::MAX_VALUE_LIMIT,
+            maxmemory: opts.maxmemory,
             max_connections: 1_024,
             listen: Listen {
                 raft: a.raft,
@@ -1194,6 +1198,32 @@ pub struct UpArgs {
     /// e.g. xdp,udp,udp. xdp needs network namespaces (root).
     #[arg(long, default_value = "off")]
     dataplane: String,
+    /// Every replica refuses writes that may grow the state while it holds more than this
+    /// (bytes, or with a kb/mb/gb suffix as Redis takes it; 0: no limit).
+    #[arg(long, default_value = "0", value_parser = parse_memory)]
+    maxmemory: u64,
+}
+
+/// A byte count as Redis's configuration takes it: a number with an optional `b`, `kb`, `mb`,
+/// `gb` (powers of 1024) or `k`, `m`, `g` (powers of 1000) suffix.
+pub fn parse_memory(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match &t[digits.len()..] {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        u => return Err(format!("unknown memory unit {u:?} (use b, kb, mb, gb)")),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("not a byte count: {s:?}"))
 }
 
 /// Options of `waverunner down`.
@@ -1269,6 +1299,7 @@ pub fn cmd_up(a: UpArgs) -> ExitCode {
             Ok(d) => d,
             Err(e) => return fail("up", e),
         },
+        maxmemory: a.maxmemory,
     };
     let cf = match up(&opts) {
         Ok(cf) => cf,

@@ -50,6 +50,10 @@ pub struct NodeArgs {
     /// Client connections per TCP front-end.
     #[arg(long)]
     max_connections: Option<u64>,
+    /// Refuse writes that may grow the state past this many bytes (kb/mb/gb suffixes as
+    /// Redis takes them; 0: no limit).
+    #[arg(long, value_parser = crate::cluster::parse_memory)]
+    maxmemory: Option<u64>,
     /// Control-plane TCP address.
     #[arg(long)]
     listen_raft: Option<String>,
@@ -118,6 +122,7 @@ pub fn config_of(a: &NodeArgs) -> Result<NodeConfig, String> {
     set("request_timeout_ms", int(a.request_timeout_ms));
     set("max_value_bytes", int(a.max_value_bytes));
     set("max_connections", int(a.max_connections));
+    set("maxmemory", int(a.maxmemory));
     if a.join {
         set("join", Some(toml::Value::Boolean(true)));
     }

@@ -142,6 +142,7 @@ fn run_one(name: &str, o: &Opts) -> Result<(), String> {
         tick_ms: 10,
         election_ticks: 10,
         dataplanes: Vec::new(),
+        maxmemory: 0,
     };
     let cf = cluster::up(&opts)?;
     let history_path = dir.join("history.jsonl");

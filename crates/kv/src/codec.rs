@@ -36,6 +36,7 @@
 //! | 15  | `Prepend`  | key, value, `u64` max_len |
 //! | 16  | `Touch`    | keys, expiry, bool get |
 //! | 17  | `FlushAll` | |
+//! | 18  | `Sweep`    | |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -97,6 +98,7 @@ const OP_APPEND: u8 = 14;
 const OP_PREPEND: u8 = 15;
 const OP_TOUCH: u8 = 16;
 const OP_FLUSHALL: u8 = 17;
+const OP_SWEEP: u8 = 18;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -236,6 +238,7 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             out.push(u8::from(*get));
         }
         Op::FlushAll => out.push(OP_FLUSHALL),
+        Op::Sweep => out.push(OP_SWEEP),
     }
 }
 
@@ -307,6 +310,7 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
             get: r.bool()?,
         },
         OP_FLUSHALL => Op::FlushAll,
+        OP_SWEEP => Op::Sweep,
         _ => return Err(DecodeError("unknown operation tag")),
     };
     r.finish()?;

@@ -114,6 +114,9 @@ pub enum Op {
     },
     /// Remove every key (`FLUSHALL`, memcached `flush_all`).
     FlushAll,
+    /// Remove expired items, a bounded number (no client sends it: a leader proposes it when
+    /// expired items wait and no write removes them).
+    Sweep,
 }
 
 /// A stored value as reads return it.

@@ -32,14 +32,23 @@
 //! [codec](crate::codec) encode lengths as `u32`, so a key or value must be shorter than 4 GiB.
 //! Counters are decimal strings: `IncrBy` values are signed 64-bit (at most 20 bytes, Redis
 //! syntax: no sign other than `-`, no leading zeros, no spaces) and `McIncr` values unsigned
-//! 64-bit (1 to 20 ASCII digits, leading zeros allowed). Work per operation: `Keys` and `digest`
-//! are O(keys), `DbSize` and `len` are O(expired keys not yet removed), `Scan` is O(`count`
-//! keys) plus a logarithmic seek, everything else O(log keys) per key named plus copying values.
+//! 64-bit (1 to 20 ASCII digits, leading zeros allowed). Work per operation: `Keys` is O(keys),
+//! `DbSize` and `len` are O(expired keys not yet removed), `Scan` is O(`count` keys) plus a
+//! logarithmic seek, everything else O(log keys) per key named plus copying values. What a
+//! replica reads every tick is O(1): `digest` (a running sum of per-item hashes), `held` and
+//! `used_memory` (kept on every change). An idle store reclaims expired items through
+//! [`Op::Sweep`], at most [`SWEEP_PER_OP`] per entry.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Borrow;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
 use std::ops::Bound;
+use std::sync::Arc;
 
-use crate::codec::{put_bytes, put_u32, put_u64, DecodeError, Reader};
+use imbl::OrdSet;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::codec::{put_u32, put_u64, DecodeError};
 use crate::glob::glob_match;
 use crate::ops::{Bytes, Cond, Expiry, Item, Op, Response};
 
@@ -62,12 +71,23 @@ pub const ERR_NOT_READ_ONLY: &str = "not a read-only operation";
 /// first (besides those removed because the operation writes their key).
 pub const SWEEP_PER_APPLY: usize = 16;
 
+/// How many expired items one [`Op::Sweep`] removes at most: the bounded increment in which
+/// an idle store reclaims expired items (Redis's active expire; the leader proposes a sweep
+/// when it sees expired items waiting, [`KvStore::expired_waiting`]).
+pub const SWEEP_PER_OP: usize = 1_000;
+
+/// Bytes accounted per item besides its record (key, value, 24-byte header): the record's
+/// reference counts (16), the allocator's header and rounding (about 16), and the item's share
+/// of the tree (a 16-byte slot in nodes about three quarters full, plus node headers).
+pub const ITEM_OVERHEAD: usize = 56;
+/// Bytes accounted per item with an expiry: a copy of its key plus this, its entry in the
+/// expiry index (time, key vector, allocator header, tree slot share).
+pub const EXPIRY_OVERHEAD: usize = 64;
+
 /// The first bytes of a snapshot.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"WKVS";
 /// The snapshot format's version.
 const SNAPSHOT_VERSION: u8 = 1;
-/// Smallest encoding of one item in a snapshot: key and value lengths, flags, CAS, expiry tag.
-const SNAPSHOT_MIN_ITEM: usize = 4 + 4 + 4 + 8 + 1;
 
 impl Op {
     /// Whether the operation only reads (`Get`, `Exists`, `Strlen`, `Ttl`, `DbSize`, `Keys`,
@@ -87,19 +107,64 @@ impl Op {
     }
 }
 
-/// One stored item.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Entry {
-    value: Bytes,
-    flags: u32,
-    cas: u64,
-    /// Absolute expiry, ms since the Unix epoch; expired when ≤ now.
-    expire_at: Option<u64>,
-}
+/// One stored item in one shared allocation: `key length u32 | flags u32 | CAS unique u64 |
+/// expiry u64 (0: none) | key | value`, little-endian. One allocation per item keeps the
+/// per-key overhead near Redis's, and sharing it makes a snapshot view cost a pointer per
+/// item, not a copy of the value. Ordered and compared by key alone.
+#[derive(Clone)]
+struct Rec(Arc<[u8]>);
 
-impl Entry {
+/// Bytes of a [`Rec`]'s header.
+const REC_HEADER: usize = 24;
+
+impl Rec {
+    fn new(key: &[u8], value: &[u8], flags: u32, cas: u64, expire_at: Option<u64>) -> Rec {
+        // A stored expiry is after the store's clock, so never 0: 0 is free to mean "none".
+        assert_ne!(expire_at, Some(0), "expiry 0 stored");
+        let key_len = u32::try_from(key.len()).expect("key of 4 GiB or more");
+        let mut b = Vec::with_capacity(REC_HEADER + key.len() + value.len());
+        b.extend_from_slice(&key_len.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&cas.to_le_bytes());
+        b.extend_from_slice(&expire_at.unwrap_or(0).to_le_bytes());
+        b.extend_from_slice(key);
+        b.extend_from_slice(value);
+        Rec(Arc::from(b))
+    }
+
+    fn field<const N: usize>(&self, at: usize) -> [u8; N] {
+        self.0[at..at + N].try_into().expect("record header")
+    }
+
+    fn key_len(&self) -> usize {
+        u32::from_le_bytes(self.field(0)) as usize
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.0[REC_HEADER..REC_HEADER + self.key_len()]
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.0[REC_HEADER + self.key_len()..]
+    }
+
+    fn flags(&self) -> u32 {
+        u32::from_le_bytes(self.field(4))
+    }
+
+    fn cas(&self) -> u64 {
+        u64::from_le_bytes(self.field(8))
+    }
+
+    fn expire_at(&self) -> Option<u64> {
+        match u64::from_le_bytes(self.field(16)) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
     fn live(&self, now: u64) -> bool {
-        match self.expire_at {
+        match self.expire_at() {
             None => true,
             Some(t) => now < t,
         }
@@ -107,22 +172,114 @@ impl Entry {
 
     fn item(&self) -> Item {
         Item {
-            value: self.value.clone(),
-            flags: self.flags,
-            cas: self.cas,
+            value: self.value().to_vec(),
+            flags: self.flags(),
+            cas: self.cas(),
         }
+    }
+
+    /// The item's contribution to the digest: a hash of every field.
+    fn hash(&self) -> u64 {
+        xxh3_64(&self.0)
+    }
+
+    /// The bytes the item is accounted for (see [`ITEM_OVERHEAD`]).
+    fn cost(&self) -> u64 {
+        let expiry = if self.expire_at().is_some() {
+            self.key_len() + EXPIRY_OVERHEAD
+        } else {
+            0
+        };
+        (self.0.len() + ITEM_OVERHEAD + expiry) as u64
+    }
+}
+
+impl PartialEq for Rec {
+    fn eq(&self, other: &Rec) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Rec {}
+
+impl PartialOrd for Rec {
+    fn partial_cmp(&self, other: &Rec) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Rec {
+    fn cmp(&self, other: &Rec) -> std::cmp::Ordering {
+        self.key().cmp(other.key())
+    }
+}
+
+impl Borrow<[u8]> for Rec {
+    fn borrow(&self) -> &[u8] {
+        self.key()
+    }
+}
+
+impl std::fmt::Debug for Rec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rec")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("value_len", &self.value().len())
+            .field("flags", &self.flags())
+            .field("cas", &self.cas())
+            .field("expire_at", &self.expire_at())
+            .finish()
     }
 }
 
 /// The key-value store: items in key order, the log index of the last applied entry and the
 /// store's clock (see the [module](self) documentation).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// The items are a persistent B+tree: [`KvStore::snapshot_view`] shares it in O(1) and the
+/// store's next writes copy only the nodes they touch, so a snapshot is written off the
+/// replica loop while the loop keeps applying.
+#[derive(Clone, Default)]
 pub struct KvStore {
-    items: BTreeMap<Bytes, Entry>,
+    items: OrdSet<Rec>,
     /// (expiry time, key) of every item with an expiry.
     expiries: BTreeSet<(u64, Bytes)>,
     now_ms: u64,
     applied: u64,
+    /// Wrapping sum of every item's [`Rec::hash`]: an order-independent digest kept on every
+    /// change, so [`KvStore::digest`] costs O(1).
+    hash_sum: u64,
+    /// Sum of every item's [`Rec::cost`]: [`KvStore::used_memory`] in O(1).
+    used: u64,
+}
+
+impl PartialEq for KvStore {
+    fn eq(&self, other: &KvStore) -> bool {
+        self.applied == other.applied
+            && self.now_ms == other.now_ms
+            && self.hash_sum == other.hash_sum
+            && self.used == other.used
+            && self.expiries == other.expiries
+            && self.items.len() == other.items.len()
+            && self
+                .items
+                .iter()
+                .zip(other.items.iter())
+                .all(|(a, b)| a.0 == b.0)
+    }
+}
+
+impl Eq for KvStore {}
+
+impl std::fmt::Debug for KvStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvStore")
+            .field("items", &self.items.len())
+            .field("expiries", &self.expiries.len())
+            .field("now_ms", &self.now_ms)
+            .field("applied", &self.applied)
+            .field("digest", &self.digest())
+            .finish()
+    }
 }
 
 impl KvStore {
@@ -141,14 +298,33 @@ impl KvStore {
         self.now_ms
     }
 
-    /// The number of live (not expired) keys at the store's clock.
+    /// The number of live (not expired) keys at the store's clock. O(expired keys not yet
+    /// removed); [`KvStore::held`] is O(1).
     pub fn len(&self) -> usize {
         self.live_count(self.now_ms)
+    }
+
+    /// The number of items held, expired ones not yet removed included. O(1).
+    pub fn held(&self) -> usize {
+        self.items.len()
     }
 
     /// Whether no key is live at the store's clock.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Bytes the items take: keys, values, headers, and an estimate of the allocator's and the
+    /// tree's share per item ([`ITEM_OVERHEAD`], [`EXPIRY_OVERHEAD`]). Deterministic (every
+    /// replica at the same applied index reports the same) and O(1).
+    pub fn used_memory(&self) -> u64 {
+        self.used
+    }
+
+    /// Whether expired items wait to be removed: a write (or [`Op::Sweep`]) at the store's
+    /// clock `now_ms` would reclaim some. O(1).
+    pub fn expired_waiting(&self, now_ms: u64) -> bool {
+        self.expiries.first().is_some_and(|(t, _)| *t <= now_ms)
     }
 
     /// Applies the operation of the log entry at `index`, whose leader timestamp is `now_ms`,
@@ -184,6 +360,8 @@ impl KvStore {
     ///   with `Expiry::None` (Redis `PERSIST`) the keys whose expiry was removed, otherwise
     ///   the keys that exist (`Expiry::Keep` changes nothing and just counts them).
     /// - `FlushAll`: `Ok`; every key is removed.
+    /// - `Sweep`: `Int(number of expired items removed)`, at most [`SWEEP_PER_OP`] besides the
+    ///   [`SWEEP_PER_APPLY`] every write removes.
     ///
     /// Every write that stores a value sets the item's CAS unique to `index`.
     ///
@@ -201,6 +379,10 @@ impl KvStore {
         if !op.is_read_only() {
             self.sweep(SWEEP_PER_APPLY);
         }
+        self.apply_op(index, op)
+    }
+
+    fn apply_op(&mut self, index: u64, op: &Op) -> Response {
         match op {
             Op::Get { .. }
             | Op::Exists { .. }
@@ -220,8 +402,8 @@ impl KvStore {
                 self.purge(key);
                 let old = self.items.get(key.as_slice());
                 let exists = old.is_some();
-                let old_item = if *get_old { old.map(Entry::item) } else { None };
-                let current_expiry = old.and_then(|e| e.expire_at);
+                let old_item = if *get_old { old.map(Rec::item) } else { None };
+                let current_expiry = old.and_then(Rec::expire_at);
                 let store = match cond {
                     Cond::Always => true,
                     Cond::IfAbsent => !exists,
@@ -229,15 +411,7 @@ impl KvStore {
                 };
                 if store {
                     let expire_at = self.resolve(expiry, current_expiry);
-                    self.store(
-                        key,
-                        Entry {
-                            value: value.clone(),
-                            flags: *flags,
-                            cas: index,
-                            expire_at,
-                        },
-                    );
+                    self.store(key, value, *flags, index, expire_at);
                 }
                 if *get_old {
                     Response::Items(vec![old_item])
@@ -249,15 +423,7 @@ impl KvStore {
             }
             Op::MSet { pairs } => {
                 for (key, value) in pairs {
-                    self.store(
-                        key,
-                        Entry {
-                            value: value.clone(),
-                            flags: 0,
-                            cas: index,
-                            expire_at: None,
-                        },
-                    );
+                    self.store(key, value, 0, index, None);
                 }
                 Response::Ok
             }
@@ -272,19 +438,11 @@ impl KvStore {
                 let Some(old) = self.items.get(key.as_slice()) else {
                     return Response::NotFound;
                 };
-                if old.cas != *unique {
+                if old.cas() != *unique {
                     return Response::CasMismatch;
                 }
-                let expire_at = self.resolve(expiry, old.expire_at);
-                self.store(
-                    key,
-                    Entry {
-                        value: value.clone(),
-                        flags: *flags,
-                        cas: index,
-                        expire_at,
-                    },
-                );
+                let expire_at = self.resolve(expiry, old.expire_at());
+                self.store(key, value, *flags, index, expire_at);
                 Response::Ok
             }
             Op::Del { keys } => {
@@ -299,38 +457,30 @@ impl KvStore {
             }
             Op::IncrBy { key, delta } => {
                 self.purge(key);
-                match self.items.get_mut(key.as_slice()) {
+                match self.items.get(key.as_slice()).cloned() {
                     None => {
-                        self.store(
-                            key,
-                            Entry {
-                                value: delta.to_string().into_bytes(),
-                                flags: 0,
-                                cas: index,
-                                expire_at: None,
-                            },
-                        );
+                        self.store(key, delta.to_string().as_bytes(), 0, index, None);
                         Response::Int(*delta)
                     }
                     Some(e) => {
-                        let Some(old) = parse_i64(&e.value) else {
+                        let Some(old) = parse_i64(e.value()) else {
                             return Response::Error(ERR_NOT_INTEGER.into());
                         };
                         let Some(new) = old.checked_add(*delta) else {
                             return Response::Error(ERR_OVERFLOW.into());
                         };
-                        e.value = new.to_string().into_bytes();
-                        e.cas = index;
+                        let v = new.to_string();
+                        self.store(key, v.as_bytes(), e.flags(), index, e.expire_at());
                         Response::Int(new)
                     }
                 }
             }
             Op::McIncr { key, delta, decr } => {
                 self.purge(key);
-                let Some(e) = self.items.get_mut(key.as_slice()) else {
+                let Some(e) = self.items.get(key.as_slice()).cloned() else {
                     return Response::NotFound;
                 };
-                let Some(old) = parse_u64(&e.value) else {
+                let Some(old) = parse_u64(e.value()) else {
                     return Response::Error(ERR_NON_NUMERIC.into());
                 };
                 let new = if *decr {
@@ -338,8 +488,8 @@ impl KvStore {
                 } else {
                     old.wrapping_add(*delta)
                 };
-                e.value = new.to_string().into_bytes();
-                e.cas = index;
+                let v = new.to_string();
+                self.store(key, v.as_bytes(), e.flags(), index, e.expire_at());
                 Response::UInt(new)
             }
             Op::Append {
@@ -349,29 +499,23 @@ impl KvStore {
                 max_len,
             } => {
                 self.purge(key);
-                match self.items.get_mut(key.as_slice()) {
+                match self.items.get(key.as_slice()).cloned() {
                     Some(e) => {
-                        if too_long(e.value.len(), value.len(), *max_len) {
+                        if too_long(e.value().len(), value.len(), *max_len) {
                             return Response::Error(ERR_TOO_LARGE.into());
                         }
-                        e.value.extend_from_slice(value);
-                        e.cas = index;
-                        Response::Int(len_i64(e.value.len()))
+                        let mut v = Vec::with_capacity(e.value().len() + value.len());
+                        v.extend_from_slice(e.value());
+                        v.extend_from_slice(value);
+                        self.store(key, &v, e.flags(), index, e.expire_at());
+                        Response::Int(len_i64(v.len()))
                     }
                     None if *must_exist => Response::NotStored,
                     None if too_long(0, value.len(), *max_len) => {
                         Response::Error(ERR_TOO_LARGE.into())
                     }
                     None => {
-                        self.store(
-                            key,
-                            Entry {
-                                value: value.clone(),
-                                flags: 0,
-                                cas: index,
-                                expire_at: None,
-                            },
-                        );
+                        self.store(key, value, 0, index, None);
                         Response::Int(len_i64(value.len()))
                     }
                 }
@@ -382,17 +526,16 @@ impl KvStore {
                 max_len,
             } => {
                 self.purge(key);
-                let Some(e) = self.items.get_mut(key.as_slice()) else {
+                let Some(e) = self.items.get(key.as_slice()).cloned() else {
                     return Response::NotStored;
                 };
-                if too_long(e.value.len(), value.len(), *max_len) {
+                if too_long(e.value().len(), value.len(), *max_len) {
                     return Response::Error(ERR_TOO_LARGE.into());
                 }
-                let mut v = Vec::with_capacity(value.len() + e.value.len());
+                let mut v = Vec::with_capacity(value.len() + e.value().len());
                 v.extend_from_slice(value);
-                v.extend_from_slice(&e.value);
-                e.value = v;
-                e.cas = index;
+                v.extend_from_slice(e.value());
+                self.store(key, &v, e.flags(), index, e.expire_at());
                 Response::Ok
             }
             Op::Touch { keys, expiry, get } => {
@@ -409,7 +552,7 @@ impl KvStore {
                     if *get {
                         items.push(Some(e.item()));
                     }
-                    let current = e.expire_at;
+                    let current = e.expire_at();
                     match expiry {
                         Expiry::None => n += i64::from(current.is_some()),
                         _ => n += 1,
@@ -424,10 +567,13 @@ impl KvStore {
                 }
             }
             Op::FlushAll => {
-                self.items.clear();
+                self.items = OrdSet::new();
                 self.expiries.clear();
+                self.hash_sum = 0;
+                self.used = 0;
                 Response::Ok
             }
+            Op::Sweep => Response::Int(len_i64(self.sweep(SWEEP_PER_OP))),
         }
     }
 
@@ -457,23 +603,19 @@ impl KvStore {
         match op {
             Op::Get { keys } => Response::Items(
                 keys.iter()
-                    .map(|k| self.live(k, now).map(Entry::item))
+                    .map(|k| self.live(k, now).map(Rec::item))
                     .collect(),
             ),
             Op::Exists { keys } => Response::Int(len_i64(
                 keys.iter().filter(|k| self.live(k, now).is_some()).count(),
             )),
             Op::Strlen { key } => {
-                Response::Int(self.live(key, now).map_or(0, |e| len_i64(e.value.len())))
+                Response::Int(self.live(key, now).map_or(0, |e| len_i64(e.value().len())))
             }
-            Op::Ttl { key } => Response::Int(match self.live(key, now) {
+            Op::Ttl { key } => Response::Int(match self.live(key, now).map(Rec::expire_at) {
                 None => -2,
-                Some(Entry {
-                    expire_at: None, ..
-                }) => -1,
-                Some(Entry {
-                    expire_at: Some(t), ..
-                }) => i64::try_from(t - now).unwrap_or(i64::MAX),
+                Some(None) => -1,
+                Some(Some(t)) => i64::try_from(t - now).unwrap_or(i64::MAX),
             }),
             Op::DbSize => Response::Int(len_i64(self.live_count(now))),
             Op::Keys { pattern } => {
@@ -481,8 +623,8 @@ impl KvStore {
                 Response::Keys(
                     self.items
                         .iter()
-                        .filter(|(k, e)| e.live(now) && (all || glob_match(pattern, k)))
-                        .map(|(k, _)| k.clone())
+                        .filter(|e| e.live(now) && (all || glob_match(pattern, e.key())))
+                        .map(|e| e.key().to_vec())
                         .collect(),
                 )
             }
@@ -498,13 +640,14 @@ impl KvStore {
                 };
                 let mut iter = self
                     .items
-                    .range::<[u8], _>((start, Bound::Unbounded))
+                    .range::<_, [u8]>((start, Bound::Unbounded))
                     .peekable();
                 let count = (*count).max(1) as usize;
                 let mut examined = 0usize;
                 let mut last: &[u8] = &[];
                 let mut keys = Vec::new();
-                for (k, e) in iter.by_ref() {
+                for e in iter.by_ref() {
+                    let k = e.key();
                     examined += 1;
                     last = k;
                     let wanted = match pattern {
@@ -512,7 +655,7 @@ impl KvStore {
                         None => true,
                     };
                     if wanted && e.live(now) {
-                        keys.push(k.clone());
+                        keys.push(k.to_vec());
                     }
                     if examined >= count && !k.is_empty() {
                         break;
@@ -529,83 +672,54 @@ impl KvStore {
         }
     }
 
-    /// A 64-bit FNV-1a hash of the live contents at the store's clock, in key order: every key,
-    /// value, flags, CAS unique and expiry time. Replicas that applied the same entries have the
-    /// same digest; the clock and applied index themselves are not included.
+    /// A 64-bit digest of everything the store holds: every key, value, flags, CAS unique and
+    /// expiry time (expired items not yet removed included: removal happens only in `apply`,
+    /// so replicas at the same applied index hold the same items). Replicas that applied the
+    /// same entries have the same digest; the clock and applied index are not included.
+    ///
+    /// O(1): an order-independent sum of per-item hashes kept on every change.
     pub fn digest(&self) -> u64 {
-        let mut h = Fnv::new();
-        let mut n = 0u64;
-        for (k, e) in self.items.iter().filter(|(_, e)| e.live(self.now_ms)) {
-            n += 1;
-            h.write(&(k.len() as u64).to_le_bytes());
-            h.write(k);
-            h.write(&(e.value.len() as u64).to_le_bytes());
-            h.write(&e.value);
-            h.write(&e.flags.to_le_bytes());
-            h.write(&e.cas.to_le_bytes());
-            match e.expire_at {
-                None => h.write(&[0]),
-                Some(t) => {
-                    h.write(&[1]);
-                    h.write(&t.to_le_bytes());
-                }
-            }
-        }
-        h.write(&n.to_le_bytes());
-        h.0
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.hash_sum.to_le_bytes());
+        b[8..].copy_from_slice(&(self.items.len() as u64).to_le_bytes());
+        xxh3_64(&b)
     }
 
-    /// The whole state as bytes: the applied index, the clock and every item (expired ones not
-    /// yet removed included), for [`KvStore::restore`].
-    ///
-    /// Format (little-endian): `WKVS`, version byte 1, `u64` applied index, `u64` clock, `u64`
-    /// item count, then per item in key order: `u32` key length and key, `u32` value length and
-    /// value, `u32` flags, `u64` CAS unique, expiry byte (0 none, 1 followed by a `u64` time);
-    /// last, a `u64` FNV-1a hash of everything before it.
-    ///
-    /// # Panics
-    ///
-    /// If a key or value is 4 GiB or longer.
+    /// An immutable view of the whole state at this moment, in O(1): it shares the items with
+    /// the store, which copies only what it changes afterwards. Another thread can write it
+    /// ([`SnapshotView::write_to`]) while the store keeps applying.
+    pub fn snapshot_view(&self) -> SnapshotView {
+        SnapshotView {
+            items: self.items.clone(),
+            applied: self.applied,
+            now_ms: self.now_ms,
+        }
+    }
+
+    /// The whole state as bytes: [`KvStore::snapshot_view`] written to memory.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.push(SNAPSHOT_VERSION);
-        put_u64(&mut out, self.applied);
-        put_u64(&mut out, self.now_ms);
-        put_u64(&mut out, self.items.len() as u64);
-        for (k, e) in &self.items {
-            put_bytes(&mut out, k);
-            put_bytes(&mut out, &e.value);
-            put_u32(&mut out, e.flags);
-            put_u64(&mut out, e.cas);
-            match e.expire_at {
-                None => out.push(0),
-                Some(t) => {
-                    out.push(1);
-                    put_u64(&mut out, t);
-                }
-            }
-        }
-        let mut h = Fnv::new();
-        h.write(&out);
-        put_u64(&mut out, h.0);
+        self.snapshot_view()
+            .write_to(&mut out)
+            .expect("writing to memory");
         out
     }
 
     /// Rebuilds a store from [`KvStore::snapshot`]'s bytes. Checks everything (magic, version,
     /// checksum, key order, field values, no trailing bytes) and never panics on bad input.
     pub fn restore(data: &[u8]) -> Result<KvStore, DecodeError> {
-        if data.len() < SNAPSHOT_MAGIC.len() + 1 + 8 {
-            return Err(DecodeError("snapshot too short"));
-        }
-        let (body, sum) = data.split_at(data.len() - 8);
-        let mut h = Fnv::new();
-        h.write(body);
-        if sum != h.0.to_le_bytes() {
-            return Err(DecodeError("snapshot checksum mismatch"));
-        }
-        let mut r = Reader::new(body);
-        if r.take(SNAPSHOT_MAGIC.len())? != SNAPSHOT_MAGIC {
+        KvStore::restore_from(data)
+    }
+
+    /// Rebuilds a store from a snapshot streamed from `r` (a file, a socket) without holding
+    /// its bytes: items are checked and inserted as they arrive, and the checksum at the end
+    /// decides whether the result is used. A torn or corrupted snapshot is an error.
+    pub fn restore_from<R: Read>(r: R) -> Result<KvStore, DecodeError> {
+        let mut r = HashingReader {
+            inner: r,
+            hash: Fnv::new(),
+        };
+        if r.take_vec(SNAPSHOT_MAGIC.len())? != SNAPSHOT_MAGIC {
             return Err(DecodeError("not a snapshot"));
         }
         if r.u8()? != SNAPSHOT_VERSION {
@@ -614,52 +728,54 @@ impl KvStore {
         let applied = r.u64()?;
         let now_ms = r.u64()?;
         let count = r.u64()?;
-        if count > (r.remaining() / SNAPSHOT_MIN_ITEM) as u64 {
-            return Err(DecodeError("count exceeds the input"));
-        }
-        let mut items = Vec::with_capacity(count as usize);
-        let mut expiries = Vec::new();
+        let mut s = KvStore {
+            applied,
+            now_ms,
+            ..KvStore::default()
+        };
+        let mut prev: Option<Bytes> = None;
         for _ in 0..count {
             let key = r.bytes()?;
             let value = r.bytes()?;
             let flags = r.u32()?;
             let cas = r.u64()?;
-            let expire_at = if r.bool()? { Some(r.u64()?) } else { None };
+            let expire_at = match r.u8()? {
+                0 => None,
+                1 => Some(r.u64()?),
+                _ => return Err(DecodeError("bad boolean")),
+            };
             if cas > applied {
                 return Err(DecodeError("item changed after the applied index"));
             }
-            if items
-                .last()
-                .is_some_and(|(prev, _): &(Bytes, Entry)| *prev >= key)
-            {
+            if expire_at == Some(0) {
+                return Err(DecodeError("expiry time 0"));
+            }
+            if prev.as_ref().is_some_and(|p| *p >= key) {
                 return Err(DecodeError("keys out of order"));
             }
-            if let Some(t) = expire_at {
-                expiries.push((t, key.clone()));
-            }
-            items.push((
-                key,
-                Entry {
-                    value,
-                    flags,
-                    cas,
-                    expire_at,
-                },
-            ));
+            s.insert(Rec::new(&key, &value, flags, cas, expire_at));
+            prev = Some(key);
         }
-        r.finish()?;
-        Ok(KvStore {
-            items: items.into_iter().collect(),
-            expiries: expiries.into_iter().collect(),
-            now_ms,
-            applied,
-        })
+        let sum = r.hash.0;
+        let mut trailer = [0u8; 8];
+        r.inner
+            .read_exact(&mut trailer)
+            .map_err(|_| DecodeError("snapshot truncated"))?;
+        if trailer != sum.to_le_bytes() {
+            return Err(DecodeError("snapshot checksum mismatch"));
+        }
+        let mut extra = [0u8; 1];
+        match r.inner.read(&mut extra) {
+            Ok(0) => Ok(s),
+            Ok(_) => Err(DecodeError("trailing bytes")),
+            Err(_) => Err(DecodeError("snapshot unreadable")),
+        }
     }
 
     // ---- internals
 
     /// The live item under `key` at `now`.
-    fn live(&self, key: &[u8], now: u64) -> Option<&Entry> {
+    fn live(&self, key: &[u8], now: u64) -> Option<&Rec> {
         self.items.get(key).filter(|e| e.live(now))
     }
 
@@ -683,17 +799,19 @@ impl KvStore {
         }
     }
 
-    /// Removes up to `max` expired items, earliest expiry first.
-    fn sweep(&mut self, max: usize) {
-        for _ in 0..max {
+    /// Removes up to `max` expired items, earliest expiry first; returns how many.
+    fn sweep(&mut self, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
             match self.expiries.first() {
                 Some((t, _)) if *t <= self.now_ms => {}
                 _ => break,
             }
-            if let Some((_, key)) = self.expiries.pop_first() {
-                self.items.remove(&key);
-            }
+            let (_, key) = self.expiries.first().cloned().expect("just seen");
+            self.remove(&key);
+            n += 1;
         }
+        n
     }
 
     /// Removes the item under `key` if it has expired.
@@ -703,61 +821,230 @@ impl KvStore {
         }
     }
 
+    /// Inserts `rec`, replacing the item under its key; keeps the expiry index, the digest
+    /// sum and the accounted memory in step.
+    fn insert(&mut self, rec: Rec) {
+        if let Some(old) = self.items.insert(rec.clone()) {
+            self.forget(&old);
+        }
+        if let Some(t) = rec.expire_at() {
+            self.expiries.insert((t, rec.key().to_vec()));
+        }
+        self.hash_sum = self.hash_sum.wrapping_add(rec.hash());
+        self.used += rec.cost();
+    }
+
     /// Removes the item under `key` (live or not) and returns it.
-    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        let (key, e) = self.items.remove_entry(key)?;
-        if let Some(t) = e.expire_at {
-            self.expiries.remove(&(t, key));
-        }
-        Some(e)
+    fn remove(&mut self, key: &[u8]) -> Option<Rec> {
+        let old = self.items.remove(key)?;
+        self.forget(&old);
+        Some(old)
     }
 
-    /// Stores `e` under `key`, replacing any item; an already expired `e` removes the key.
-    fn store(&mut self, key: &[u8], e: Entry) {
-        if e.expire_at.is_some_and(|t| t <= self.now_ms) {
-            self.remove(key);
-            return;
+    /// Takes a removed or replaced item out of the expiry index, the sum and the memory.
+    fn forget(&mut self, old: &Rec) {
+        if let Some(t) = old.expire_at() {
+            let removed = self.expiries.remove(&(t, old.key().to_vec()));
+            assert!(
+                removed,
+                "an item with an expiry missing from the expiry index"
+            );
         }
-        match self.items.get_mut(key) {
-            Some(old) => {
-                if old.expire_at != e.expire_at {
-                    if let Some(t) = old.expire_at {
-                        self.expiries.remove(&(t, key.to_vec()));
-                    }
-                    if let Some(t) = e.expire_at {
-                        self.expiries.insert((t, key.to_vec()));
-                    }
-                }
-                *old = e;
-            }
-            None => {
-                if let Some(t) = e.expire_at {
-                    self.expiries.insert((t, key.to_vec()));
-                }
-                self.items.insert(key.to_vec(), e);
-            }
-        }
+        self.hash_sum = self.hash_sum.wrapping_sub(old.hash());
+        self.used = self
+            .used
+            .checked_sub(old.cost())
+            .expect("accounted memory went below zero");
     }
 
-    /// Sets the expiry of the existing item under `key`; an expiry ≤ now removes it.
-    fn retime(&mut self, key: &[u8], expire_at: Option<u64>) {
+    /// Stores an item under `key`, replacing any; an already expired one removes the key.
+    fn store(&mut self, key: &[u8], value: &[u8], flags: u32, cas: u64, expire_at: Option<u64>) {
         if expire_at.is_some_and(|t| t <= self.now_ms) {
             self.remove(key);
             return;
         }
-        let Some(e) = self.items.get_mut(key) else {
+        self.insert(Rec::new(key, value, flags, cas, expire_at));
+    }
+
+    /// Sets the expiry of the existing item under `key`; an expiry ≤ now removes it.
+    fn retime(&mut self, key: &[u8], expire_at: Option<u64>) {
+        let Some(e) = self.items.get(key).cloned() else {
             return;
         };
-        if e.expire_at == expire_at {
+        if e.expire_at() == expire_at {
             return;
         }
-        if let Some(t) = e.expire_at {
-            self.expiries.remove(&(t, key.to_vec()));
+        self.store(key, e.value(), e.flags(), e.cas(), expire_at);
+    }
+
+    /// The digest sum and accounted memory computed from scratch (a check of the running
+    /// ones; O(items)).
+    fn recount(&self) -> (u64, u64) {
+        self.items.iter().fold((0u64, 0u64), |(h, m), e| {
+            (h.wrapping_add(e.hash()), m + e.cost())
+        })
+    }
+
+    /// Checks the running digest sum, accounted memory and expiry index against the items
+    /// (O(items); for tests and debugging).
+    pub fn check_invariants(&self) {
+        let (h, m) = self.recount();
+        assert_eq!(h, self.hash_sum, "digest sum");
+        assert_eq!(m, self.used, "accounted memory");
+        let with_expiry = self
+            .items
+            .iter()
+            .filter(|e| e.expire_at().is_some())
+            .count();
+        assert_eq!(with_expiry, self.expiries.len(), "expiry index size");
+        for (t, k) in &self.expiries {
+            let e = self
+                .items
+                .get(k.as_slice())
+                .expect("expiry of a missing item");
+            assert_eq!(e.expire_at(), Some(*t), "expiry index time");
         }
-        if let Some(t) = expire_at {
-            self.expiries.insert((t, key.to_vec()));
+    }
+}
+
+/// An immutable view of a store's state ([`KvStore::snapshot_view`]), to be written by
+/// another thread.
+#[derive(Clone)]
+pub struct SnapshotView {
+    items: OrdSet<Rec>,
+    applied: u64,
+    now_ms: u64,
+}
+
+impl SnapshotView {
+    /// The log index the view was taken at.
+    pub fn applied_index(&self) -> u64 {
+        self.applied
+    }
+
+    /// Number of items in the view.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the view holds no item.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Streams the snapshot to `w` and returns the bytes written; memory use is one item.
+    ///
+    /// Format (little-endian): `WKVS`, version byte 1, `u64` applied index, `u64` clock, `u64`
+    /// item count, then per item in key order: `u32` key length and key, `u32` value length and
+    /// value, `u32` flags, `u64` CAS unique, expiry byte (0 none, 1 followed by a `u64` time);
+    /// last, a `u64` FNV-1a hash of everything before it.
+    pub fn write_to<W: Write>(&self, w: W) -> std::io::Result<u64> {
+        let mut w = HashingWriter {
+            inner: w,
+            hash: Fnv::new(),
+            written: 0,
+        };
+        let mut head = Vec::with_capacity(29);
+        head.extend_from_slice(SNAPSHOT_MAGIC);
+        head.push(SNAPSHOT_VERSION);
+        put_u64(&mut head, self.applied);
+        put_u64(&mut head, self.now_ms);
+        put_u64(&mut head, self.items.len() as u64);
+        w.write(&head)?;
+        let mut meta = Vec::with_capacity(32);
+        for e in &self.items {
+            meta.clear();
+            put_u32(&mut meta, e.key_len() as u32);
+            w.write(&meta)?;
+            w.write(e.key())?;
+            meta.clear();
+            let vlen = u32::try_from(e.value().len()).expect("value of 4 GiB or more");
+            put_u32(&mut meta, vlen);
+            w.write(&meta)?;
+            w.write(e.value())?;
+            meta.clear();
+            put_u32(&mut meta, e.flags());
+            put_u64(&mut meta, e.cas());
+            match e.expire_at() {
+                None => meta.push(0),
+                Some(t) => {
+                    meta.push(1);
+                    put_u64(&mut meta, t);
+                }
+            }
+            w.write(&meta)?;
         }
-        e.expire_at = expire_at;
+        let sum = w.hash.0;
+        w.inner.write_all(&sum.to_le_bytes())?;
+        Ok(w.written + 8)
+    }
+}
+
+/// Writes through to `inner`, hashing what passes.
+struct HashingWriter<W> {
+    inner: W,
+    hash: Fnv,
+    written: u64,
+}
+
+impl<W: Write> HashingWriter<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.hash.write(b);
+        self.written += b.len() as u64;
+        self.inner.write_all(b)
+    }
+}
+
+/// Reads from `inner`, hashing what passes; every shortfall is a [`DecodeError`].
+struct HashingReader<R> {
+    inner: R,
+    hash: Fnv,
+}
+
+impl<R: Read> HashingReader<R> {
+    fn fill(&mut self, b: &mut [u8]) -> Result<(), DecodeError> {
+        self.inner
+            .read_exact(b)
+            .map_err(|_| DecodeError("snapshot truncated"))?;
+        self.hash.write(b);
+        Ok(())
+    }
+
+    fn take_vec(&mut self, n: usize) -> Result<Vec<u8>, DecodeError> {
+        // Read in bounded pieces: a corrupted length must not allocate gigabytes up front.
+        let mut out = Vec::with_capacity(n.min(1 << 20));
+        let mut buf = [0u8; 64 << 10];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(buf.len());
+            self.fill(&mut buf[..k])?;
+            out.extend_from_slice(&buf[..k]);
+            left -= k;
+        }
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        let mut b = [0u8; 1];
+        self.fill(&mut b)?;
+        Ok(b[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let mut b = [0u8; 4];
+        self.fill(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let mut b = [0u8; 8];
+        self.fill(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+        let n = self.u32()? as usize;
+        self.take_vec(n)
     }
 }
 
@@ -909,8 +1196,6 @@ mod tests {
         s.apply(6, 1030, &set("b", Expiry::None));
         assert!(s.expiries.is_empty());
         assert_eq!(s.items.len(), 1);
-        for (t, k) in &s.expiries {
-            assert_eq!(s.items[k].expire_at, Some(*t));
-        }
+        s.check_invariants();
     }
 }

@@ -116,6 +116,7 @@ fn sample_ops() -> Vec<Op> {
             get: false,
         },
         Op::FlushAll,
+        Op::Sweep,
     ];
     let expiries = [
         Expiry::None,
@@ -209,7 +210,7 @@ fn every_op_round_trips() {
         tags.insert(bytes[0]);
         assert_eq!(decode_op(&bytes).as_ref(), Ok(op), "{op:?}");
     }
-    assert_eq!(tags.len(), 17, "every variant has its own tag");
+    assert_eq!(tags.len(), 18, "every variant has its own tag");
 }
 
 #[test]
@@ -297,7 +298,7 @@ fn every_truncation_and_extension_is_rejected() {
 fn strict_tags_and_enums() {
     assert!(decode_op(&[]).is_err());
     assert!(decode_response(&[]).is_err());
-    for tag in [0u8, 18, 0x80, 0xff] {
+    for tag in [0u8, 19, 0x80, 0xff] {
         assert_eq!(decode_op(&[tag]), Err(DecodeError("unknown operation tag")));
     }
     for tag in [0u8, 11, 0xff] {

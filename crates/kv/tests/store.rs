@@ -1575,3 +1575,131 @@ fn restore_validates_contents_behind_a_good_checksum() {
     let e = KvStore::restore(b"short").unwrap_err();
     assert!(!e.to_string().is_empty());
 }
+
+#[test]
+fn digest_and_accounting_are_kept_on_every_change() {
+    for seed in 1..=10 {
+        let mut s = KvStore::new();
+        for (index, now, op) in workload(seed, 1500) {
+            s.apply(index, now, &op);
+            // The running digest sum, memory and expiry index equal a recount.
+            s.check_invariants();
+        }
+        let r = KvStore::restore(&s.snapshot()).unwrap();
+        r.check_invariants();
+        assert_eq!(r.digest(), s.digest());
+        assert_eq!(r.used_memory(), s.used_memory());
+        assert_eq!(r.held(), s.held());
+    }
+}
+
+#[test]
+fn digest_does_not_depend_on_the_order_items_arrived_in() {
+    let mut a = KvStore::new();
+    a.apply(1, 1000, &set("x", "1"));
+    a.apply(2, 1000, &set("y", "2"));
+    let mut b = KvStore::new();
+    b.apply(1, 1000, &set("y", "0"));
+    b.apply(2, 1000, &set("x", "1"));
+    assert_ne!(a.digest(), b.digest(), "y differs in value and CAS");
+    let mut c = KvStore::new();
+    c.apply(1, 1000, &set("x", "1"));
+    c.apply(2, 1000, &set("y", "2"));
+    c.apply(3, 1000, &set("z", "3"));
+    c.apply(4, 1000, &Op::Del { keys: keys(&["z"]) });
+    assert_eq!(a.digest(), c.digest());
+}
+
+#[test]
+fn memory_is_accounted_and_given_back() {
+    let mut s = KvStore::new();
+    assert_eq!(s.used_memory(), 0);
+    s.apply(1, 1000, &set("k", &"v".repeat(1000)));
+    let one = s.used_memory();
+    assert!(one > 1000 && one < 1200, "{one}");
+    s.apply(2, 1000, &set_exp("e", "v", Expiry::AfterMs(10)));
+    assert!(s.used_memory() > one);
+    s.apply(3, 1000, &Op::Del { keys: keys(&["e"]) });
+    assert_eq!(s.used_memory(), one);
+    s.apply(4, 1000, &Op::FlushAll);
+    assert_eq!(s.used_memory(), 0);
+    assert_eq!(s.held(), 0);
+}
+
+#[test]
+fn a_snapshot_view_is_unchanged_by_later_writes() {
+    let mut s = KvStore::new();
+    let w = workload(3, 2000);
+    let (first, rest) = w.split_at(1000);
+    for (index, now, op) in first {
+        s.apply(*index, *now, op);
+    }
+    let before = s.clone();
+    let view = s.snapshot_view();
+    for (index, now, op) in rest {
+        s.apply(*index, *now, op);
+    }
+    assert_ne!(s.digest(), before.digest());
+    let mut bytes = Vec::new();
+    let n = view.write_to(&mut bytes).unwrap();
+    assert_eq!(n as usize, bytes.len());
+    assert_eq!(bytes, before.snapshot());
+    let r = KvStore::restore(&bytes).unwrap();
+    assert_eq!(r, before);
+    assert_eq!(view.applied_index(), before.applied_index());
+}
+
+#[test]
+fn restore_streams_from_a_reader() {
+    let mut s = KvStore::new();
+    for (index, now, op) in workload(11, 500) {
+        s.apply(index, now, &op);
+    }
+    let snap = s.snapshot();
+    // A reader that hands out a few bytes at a time, as a socket or a file may.
+    struct Trickle<'a>(&'a [u8]);
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.0.len()).min(7);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+    assert_eq!(KvStore::restore_from(Trickle(&snap)).unwrap(), s);
+    assert!(KvStore::restore_from(Trickle(&snap[..snap.len() - 1])).is_err());
+}
+
+#[test]
+fn sweep_reclaims_expired_items_in_bounded_steps() {
+    use waverunner_kv::store::{SWEEP_PER_APPLY, SWEEP_PER_OP};
+    let mut s = KvStore::new();
+    let n = 2 * SWEEP_PER_OP + 10;
+    let mut index = 0;
+    for i in 0..n {
+        index += 1;
+        s.apply(
+            index,
+            1000,
+            &set_exp(&format!("k{i}"), "v", Expiry::AfterMs(5)),
+        );
+    }
+    assert!(!s.expired_waiting(1004));
+    assert!(s.expired_waiting(1005));
+    // Reads remove nothing.
+    index += 1;
+    s.apply(index, 2000, &Op::DbSize);
+    assert_eq!(s.held(), n);
+    assert_eq!(s.len(), 0);
+    index += 1;
+    let r = s.apply(index, 2000, &Op::Sweep);
+    assert_eq!(r, Response::Int(SWEEP_PER_OP as i64));
+    assert_eq!(s.held(), n - SWEEP_PER_APPLY - SWEEP_PER_OP);
+    while s.expired_waiting(s.now_ms()) {
+        index += 1;
+        s.apply(index, 2000, &Op::Sweep);
+    }
+    assert_eq!(s.held(), 0);
+    assert_eq!(s.used_memory(), 0);
+    s.check_invariants();
+}

@@ -108,9 +108,14 @@ pub struct NodeConfig {
     /// (its outcome is then unknown to the client).
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
-    /// Largest value accepted from clients, in bytes.
+    /// Largest value accepted from clients, in bytes (Redis's limit by default, 512 MiB).
     #[serde(default = "default_max_value")]
     pub max_value_bytes: usize,
+    /// Refuse writes that may grow the state while it holds more than this many bytes (as
+    /// the state machine accounts them); 0: no limit. Redis's `maxmemory` with the
+    /// `noeviction` policy.
+    #[serde(default)]
+    pub maxmemory: u64,
     /// Largest number of client connections per TCP front-end.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
@@ -153,8 +158,13 @@ fn default_request_timeout_ms() -> u64 {
     3_000
 }
 fn default_max_value() -> usize {
-    1 << 20
+    MAX_VALUE_LIMIT
 }
+
+/// The largest `max_value_bytes` (Redis's `proto-max-bulk-len` default, 512 MiB): a log entry
+/// holds one value of this size plus its key and command (storage's `MAX_ENTRY_DATA`).
+pub const MAX_VALUE_LIMIT: usize = 512 << 20;
+const _: () = assert!(MAX_VALUE_LIMIT < waverunner_storage::codec::MAX_ENTRY_DATA);
 fn default_max_connections() -> usize {
     1_024
 }
@@ -237,8 +247,8 @@ impl NodeConfig {
         if self.request_timeout_ms == 0 {
             return err("request_timeout_ms must be > 0".into());
         }
-        if self.max_value_bytes == 0 || self.max_value_bytes > 64 << 20 {
-            return err("max_value_bytes must be in 1..=67108864".into());
+        if self.max_value_bytes == 0 || self.max_value_bytes > MAX_VALUE_LIMIT {
+            return err(format!("max_value_bytes must be in 1..={MAX_VALUE_LIMIT}"));
         }
         if self.max_connections == 0 {
             return err("max_connections must be > 0".into());

@@ -1,8 +1,8 @@
 //! The key-value store as a [`StateMachine`]: commands are encoded [`waverunner_kv::Op`]s,
 //! results encoded [`waverunner_kv::Response`]s.
 
-use waverunner_kv::codec::{decode_op, encode_response};
-use waverunner_kv::{KvStore, Response};
+use waverunner_kv::codec::{decode_op, encode_op, encode_response};
+use waverunner_kv::{KvStore, Op, Response};
 
 use crate::sm::StateMachine;
 
@@ -49,6 +49,35 @@ impl StateMachine for KvMachine {
     }
 
     fn size(&self) -> u64 {
-        self.0.len() as u64
+        self.0.held() as u64
+    }
+
+    fn used_memory(&self) -> u64 {
+        self.0.used_memory()
+    }
+
+    fn may_grow(&self, command: &[u8]) -> bool {
+        // Redis's denyoom commands: those that store; DEL, EXPIRE, FLUSHALL and reads pass.
+        decode_op(command).is_ok_and(|op| {
+            matches!(
+                op,
+                Op::Set { .. }
+                    | Op::MSet { .. }
+                    | Op::Cas { .. }
+                    | Op::IncrBy { .. }
+                    | Op::McIncr { .. }
+                    | Op::Append { .. }
+                    | Op::Prepend { .. }
+            )
+        })
+    }
+
+    fn housekeeping(&self, now_ms: u64) -> Option<Vec<u8>> {
+        if !self.0.expired_waiting(now_ms) {
+            return None;
+        }
+        let mut out = Vec::new();
+        encode_op(&Op::Sweep, &mut out);
+        Some(out)
     }
 }

@@ -90,8 +90,14 @@ pub struct Status {
     pub read_mode: String,
     /// Addresses served.
     pub addresses: Addresses,
-    /// Keys in the key-value store.
+    /// Keys in the key-value store (expired ones not yet reclaimed included).
     pub keys: u64,
+    /// Bytes the state takes as the state machine accounts them (compared with `maxmemory`).
+    pub used_memory: u64,
+    /// This process's resident set size in bytes (`/proc/self/statm`).
+    pub rss_bytes: u64,
+    /// The configured `maxmemory` (0: no limit).
+    pub maxmemory: u64,
     /// Digest of the replicated state (equal on replicas that applied the same index).
     pub digest: u64,
     /// Counters.
@@ -203,6 +209,8 @@ pub struct Counters {
     pub timeouts: u64,
     /// Client requests refused because a queue was full.
     pub busy: u64,
+    /// Writes refused because the state held more than `maxmemory`.
+    pub oom_refused: u64,
     /// Retried commands answered from the session table.
     pub duplicates: u64,
     /// Elections this replica started.
@@ -251,6 +259,21 @@ impl Status {
         gauge("applied_index", "Applied index.", self.applied_index);
         gauge("last_index", "Last log index.", self.last_index);
         gauge("keys", "Keys in the store.", self.keys);
+        gauge(
+            "used_memory_bytes",
+            "Bytes the state takes as the state machine accounts them.",
+            self.used_memory,
+        );
+        gauge(
+            "rss_bytes",
+            "Resident set size of the process.",
+            self.rss_bytes,
+        );
+        gauge(
+            "maxmemory_bytes",
+            "Configured maxmemory (0: none).",
+            self.maxmemory,
+        );
         gauge(
             "dataplane_enabled",
             "1 if the data plane is enabled.",
@@ -364,6 +387,11 @@ impl Status {
             ),
             ("timeouts_total", "Requests timed out.", c.timeouts),
             ("busy_total", "Requests refused: queue full.", c.busy),
+            (
+                "oom_refused_total",
+                "Writes refused: used memory over maxmemory.",
+                c.oom_refused,
+            ),
             (
                 "duplicates_total",
                 "Retries answered from sessions.",

@@ -37,6 +37,10 @@ const READ_FALLBACK: Duration = Duration::from_millis(100);
 /// Client requests in flight at one replica at most; beyond it requests are refused (busy).
 pub const MAX_IN_FLIGHT: usize = 100_000;
 
+/// How often at most a leader asks its state machine for upkeep work
+/// ([`StateMachine::housekeeping`]).
+pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Why a client request failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientError {
@@ -50,6 +54,8 @@ pub enum ClientError {
     Busy,
     /// The replica is shutting down (outcome unknown if it was already proposed).
     ShuttingDown,
+    /// The state holds more than `maxmemory` and the command may grow it (never applied).
+    OutOfMemory,
 }
 
 impl std::fmt::Display for ClientError {
@@ -62,6 +68,9 @@ impl std::fmt::Display for ClientError {
             ClientError::Stale => write!(f, "stale request: the session has a newer one"),
             ClientError::Busy => write!(f, "replica busy, retry"),
             ClientError::ShuttingDown => write!(f, "replica shutting down"),
+            ClientError::OutOfMemory => {
+                write!(f, "command not allowed when used memory > 'maxmemory'")
+            }
         }
     }
 }
@@ -383,6 +392,9 @@ pub struct Replica<S: StateMachine> {
     dp: Option<DpHost>,
     /// Replication latency measured by software (leader, data plane off).
     sw_latency: SoftwareLatency,
+    /// When the leader last proposed upkeep work, and the entry's index (it proposes no more
+    /// until that one is applied).
+    housekeeping: (Instant, u64),
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -469,6 +481,7 @@ impl<S: StateMachine> Replica<S> {
             peer_addrs,
             dp,
             sw_latency: SoftwareLatency::default(),
+            housekeeping: (Instant::now(), 0),
         };
         replica.sync_transport();
         Ok(replica)
@@ -748,6 +761,17 @@ impl<S: StateMachine> Replica<S> {
             (s.reply)(Err(ClientError::Busy));
             return;
         }
+        if self.cfg.maxmemory > 0
+            && self.state.sm.used_memory() > self.cfg.maxmemory
+            && self.state.sm.may_grow(&s.command)
+        {
+            // Checked where the request enters, against this replica's state (Redis checks
+            // before running the command): deterministic state-machine results do not depend
+            // on any replica's configuration.
+            self.counters.oom_refused += 1;
+            (s.reply)(Err(ClientError::OutOfMemory));
+            return;
+        }
         let read =
             self.cfg.read_mode != ReadModeConfig::Log && self.state.sm.is_read_only(&s.command);
         let id = self.next_req;
@@ -1020,7 +1044,37 @@ impl<S: StateMachine> Replica<S> {
                 self.route(id);
             }
         }
+        self.housekeep();
         self.publish();
+    }
+
+    /// As leader, proposes the state machine's upkeep command (the store's sweep of expired
+    /// items), a bounded step at most every [`HOUSEKEEPING_INTERVAL`] and one at a time.
+    fn housekeep(&mut self) {
+        let (last, index) = self.housekeeping;
+        if self.raft.role() != Role::Leader
+            || index > self.state.applied
+            || last.elapsed() < HOUSEKEEPING_INTERVAL
+        {
+            return;
+        }
+        let now_ms = wall_ms();
+        let Some(command) = self.state.sm.housekeeping(now_ms) else {
+            return;
+        };
+        // Origin this replica, request 0: no request waits for it (ids start far above 0).
+        let env = Envelope {
+            origin: self.cfg.id,
+            req: 0,
+            client: 0,
+            seq: 0,
+            now_ms,
+            command,
+        };
+        self.housekeeping = (Instant::now(), self.raft.last_index() + 1);
+        if self.raft.propose(env.encode()).is_ok() {
+            self.counters.proposals += 1;
+        }
     }
 
     /// Acts on every ready batch: persist, send, apply, answer.
@@ -1303,6 +1357,9 @@ impl<S: StateMachine> Replica<S> {
             .into(),
             addresses: self.addresses.clone(),
             keys: self.state.sm.size(),
+            used_memory: self.state.sm.used_memory(),
+            rss_bytes: rss_bytes(),
+            maxmemory: self.cfg.maxmemory,
             digest: self.state.sm.digest(),
             counters: self.counters.clone(),
             write_latency: self.write_latency.clone(),
@@ -1372,6 +1429,16 @@ fn admin_error(e: ProposeError) -> AdminError {
             "the transfer target is not a voter that can lead (caught up, not recovering)".into(),
         ),
     }
+}
+
+/// This process's resident set size (0 if `/proc` cannot tell).
+fn rss_bytes() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page)
 }
 
 /// The name of a role in `/status`.

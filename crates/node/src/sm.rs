@@ -27,13 +27,33 @@ pub trait StateMachine: Send + 'static {
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
-    /// A digest of the state, so operators and tests can see that replicas converged.
+    /// A digest of the state, so operators and tests can see that replicas converged. Read
+    /// on every tick: it must cost O(1) (keep it as the state changes).
     fn digest(&self) -> u64 {
         0
     }
-    /// Number of items held (shown in `/status`).
+    /// Number of items held (shown in `/status`). Read on every tick: O(1).
     fn size(&self) -> u64 {
         0
+    }
+    /// Bytes the state takes as the state machine accounts them: shown in `/status`,
+    /// `/metrics` and `INFO memory`, and compared with `maxmemory`. Read on every tick: O(1).
+    fn used_memory(&self) -> u64 {
+        0
+    }
+    /// Whether `command` may make the state larger: while [`StateMachine::used_memory`] is
+    /// above `maxmemory`, such commands are refused before they reach the log (Redis's
+    /// `denyoom` commands); deletions and reads still pass.
+    fn may_grow(&self, command: &[u8]) -> bool {
+        !self.is_read_only(command)
+    }
+    /// A command the leader should propose now for the state's upkeep, in a bounded step (the
+    /// key-value store removes expired items this way while no write does it), or `None`.
+    /// `now_ms` is the leader's clock. The leader asks at most every
+    /// [`crate::replica::HOUSEKEEPING_INTERVAL`], and not while the last one is uncommitted.
+    fn housekeeping(&self, now_ms: u64) -> Option<Vec<u8>> {
+        let _ = now_ms;
+        None
     }
 }
 

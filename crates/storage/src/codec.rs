@@ -23,8 +23,9 @@
 use std::fmt;
 use waverunner_raft::{ConfState, Entry, EntryKind, HardState, NodeId, Snapshot, SnapshotMeta};
 
-/// Largest `data` of an [`Entry`] that [`get_entry`] accepts: 64 MiB.
-pub const MAX_ENTRY_DATA: usize = 64 << 20;
+/// Largest `data` of an [`Entry`] that [`get_entry`] accepts: a value of Redis's 512 MiB
+/// limit plus 1 MiB for its key, the command and the envelope.
+pub const MAX_ENTRY_DATA: usize = (512 << 20) + (1 << 20);
 /// Largest `data` of a [`Snapshot`] that [`get_snapshot`] accepts: 1 GiB.
 pub const MAX_SNAPSHOT_DATA: usize = 1 << 30;
 /// Largest number of voters, and of learners, that [`get_conf_state`] accepts.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use waverunner_kv::{memcache, resp, Op};
 
 use crate::config::NodeConfig;
-use crate::replica::Handle;
+use crate::replica::{ClientError, Handle};
 
 /// Which TCP protocol a listener speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,7 +198,7 @@ fn redis_conn(
                         resp::Action::Store(op, render) => {
                             match native::exec(handle, &with_limits(op, limits)) {
                                 Ok(r) => out.extend_from_slice(&resp::render(&render, &r)),
-                                Err(e) => out.extend_from_slice(format!("-ERR {e}\r\n").as_bytes()),
+                                Err(e) => out.extend_from_slice(&resp_error(&e)),
                             }
                         }
                         resp::Action::Info => {
@@ -235,6 +235,25 @@ fn redis_conn(
         if !fill(s, &mut buf, stop)? {
             return Ok(());
         }
+    }
+}
+
+/// A failed request as Redis answers it: `-OOM …` as Redis words it past `maxmemory`,
+/// `-ERR …` otherwise.
+fn resp_error(e: &ClientError) -> Vec<u8> {
+    match e {
+        ClientError::OutOfMemory => {
+            b"-OOM command not allowed when used memory > 'maxmemory'.\r\n".to_vec()
+        }
+        e => format!("-ERR {e}\r\n").into_bytes(),
+    }
+}
+
+/// A failed request as memcached answers it.
+fn memcache_error(e: &ClientError) -> Vec<u8> {
+    match e {
+        ClientError::OutOfMemory => b"SERVER_ERROR out of memory storing object\r\n".to_vec(),
+        e => format!("SERVER_ERROR {e}\r\n").into_bytes(),
     }
 }
 
@@ -285,7 +304,7 @@ fn memcache_conn(
                         } => {
                             let r = match native::exec(handle, &with_limits(op, limits)) {
                                 Ok(r) => memcache::render(&render, &r),
-                                Err(e) => format!("SERVER_ERROR {e}\r\n").into_bytes(),
+                                Err(e) => memcache_error(&e),
                             };
                             if !noreply {
                                 out.extend_from_slice(&r);

@@ -73,6 +73,7 @@ impl Native {
                     Err(e) => {
                         let status = match e {
                             ClientError::Timeout | ClientError::ShuttingDown => STATUS_UNKNOWN,
+                            ClientError::OutOfMemory => STATUS_ERROR,
                             _ => STATUS_RETRY,
                         };
                         proto::encode_reply(self_id, seq, status, leader, Err(&e.to_string()))
