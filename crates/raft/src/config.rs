@@ -33,6 +33,9 @@ pub struct Config {
     /// Pipelining window: at most this many unacknowledged Append messages per follower in
     /// the Replicate state.
     pub max_inflight_msgs: usize,
+    /// Pipelining window in bytes: at most this much entry data unacknowledged per follower
+    /// (an empty window always takes one message, however large its one entry).
+    pub max_inflight_bytes: usize,
     /// Run a pre-vote round before a real election (Raft dissertation §9.6).
     pub pre_vote: bool,
     /// The leader steps down when it has not heard from a quorum within an election timeout,
@@ -59,6 +62,7 @@ impl Default for Config {
             max_entries_per_msg: 64,
             max_bytes_per_msg: 1 << 20,
             max_inflight_msgs: 256,
+            max_inflight_bytes: 16 << 20,
             pre_vote: true,
             check_quorum: true,
             read_mode: ReadMode::ReadIndex,
@@ -89,8 +93,10 @@ impl Config {
                 "message size limits must be > 0",
             ));
         }
-        if self.max_inflight_msgs == 0 {
-            return Err(ConfigError::InvalidLimits("max_inflight_msgs must be > 0"));
+        if self.max_inflight_msgs == 0 || self.max_inflight_bytes == 0 {
+            return Err(ConfigError::InvalidLimits(
+                "max_inflight_msgs and max_inflight_bytes must be > 0",
+            ));
         }
         Ok(())
     }

@@ -16,63 +16,78 @@ pub enum ProgressState {
     Snapshot,
 }
 
-/// Sliding window of unacknowledged Append messages, each remembered by its last index.
-/// Bound: at most `cap` messages, each at most `max_entries_per_msg` entries and
-/// `max_bytes_per_msg` bytes (or one larger entry), so at most
-/// `cap * max(max_bytes_per_msg, largest entry)` unacknowledged bytes per follower.
+/// Sliding window of unacknowledged Append messages, each remembered by its last index and
+/// its payload bytes. Bound: at most `cap` messages and `max_bytes` payload bytes, except that
+/// an empty window always takes one message (an entry larger than `max_bytes` still goes, alone).
+/// So at most `max(max_bytes, largest entry) + max_bytes_per_msg` unacknowledged bytes per
+/// follower: a large value cannot queue gigabytes in front of a follower.
 #[derive(Clone, Debug)]
 pub struct Inflights {
     cap: usize,
-    last_indexes: VecDeque<Index>,
+    max_bytes: usize,
+    bytes: usize,
+    sent: VecDeque<(Index, usize)>,
 }
 
 impl Inflights {
-    /// An empty window of `cap` messages.
-    pub fn new(cap: usize) -> Inflights {
-        assert!(cap > 0);
+    /// An empty window of `cap` messages and `max_bytes` bytes.
+    pub fn new(cap: usize, max_bytes: usize) -> Inflights {
+        assert!(cap > 0 && max_bytes > 0);
         Inflights {
             cap,
-            last_indexes: VecDeque::with_capacity(cap.min(1024)),
+            max_bytes,
+            bytes: 0,
+            sent: VecDeque::with_capacity(cap.min(1024)),
         }
     }
 
     /// Whether no more message may be sent.
     pub fn full(&self) -> bool {
-        self.last_indexes.len() >= self.cap
+        self.sent.len() >= self.cap || self.bytes >= self.max_bytes
     }
 
     /// Number of messages in flight.
     pub fn len(&self) -> usize {
-        self.last_indexes.len()
+        self.sent.len()
+    }
+
+    /// Payload bytes in flight.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Whether nothing is in flight.
     pub fn is_empty(&self) -> bool {
-        self.last_indexes.is_empty()
+        self.sent.is_empty()
     }
 
-    /// Records a sent message that ends at `last`.
-    pub fn add(&mut self, last: Index) {
+    /// Records a sent message that ends at `last` and carries `bytes` of entry data.
+    pub fn add(&mut self, last: Index, bytes: usize) {
         assert!(!self.full(), "inflight window overflow");
-        debug_assert!(self.last_indexes.back().is_none_or(|b| *b < last));
-        self.last_indexes.push_back(last);
+        debug_assert!(self.sent.back().is_none_or(|b| b.0 < last));
+        self.sent.push_back((last, bytes));
+        self.bytes += bytes;
     }
 
     /// Frees every message that ends at or before `index` (acknowledged).
     pub fn free_le(&mut self, index: Index) {
-        while self.last_indexes.front().is_some_and(|f| *f <= index) {
-            self.last_indexes.pop_front();
+        while self.sent.front().is_some_and(|f| f.0 <= index) {
+            self.free_first();
         }
     }
 
     /// Frees the oldest message (a heartbeat answer proves the follower is alive).
     pub fn free_first(&mut self) {
-        self.last_indexes.pop_front();
+        if let Some((_, b)) = self.sent.pop_front() {
+            self.bytes -= b;
+        }
+        debug_assert!(!self.sent.is_empty() || self.bytes == 0);
     }
 
     /// Frees everything.
     pub fn reset(&mut self) {
-        self.last_indexes.clear();
+        self.sent.clear();
+        self.bytes = 0;
     }
 }
 
@@ -107,7 +122,12 @@ pub struct Progress {
 
 impl Progress {
     /// A fresh progress that probes from `next`.
-    pub fn new(next: Index, inflight_cap: usize, is_learner: bool) -> Progress {
+    pub fn new(
+        next: Index,
+        inflight_cap: usize,
+        inflight_bytes: usize,
+        is_learner: bool,
+    ) -> Progress {
         assert!(next > 0);
         Progress {
             matched: 0,
@@ -121,7 +141,7 @@ impl Progress {
             recovering: false,
             recovery_stuck: 0,
             is_learner,
-            inflights: Inflights::new(inflight_cap),
+            inflights: Inflights::new(inflight_cap, inflight_bytes),
         }
     }
 
@@ -166,14 +186,14 @@ impl Progress {
         }
     }
 
-    /// An Append ending at `last` (with `n` entries) was sent.
-    pub fn sent(&mut self, last: Index, n: usize) {
+    /// An Append ending at `last` (with `n` entries of `bytes` data in all) was sent.
+    pub fn sent(&mut self, last: Index, n: usize, bytes: usize) {
         match self.state {
             ProgressState::Replicate => {
                 if n > 0 {
                     debug_assert_eq!(self.next + n as Index - 1, last);
                     self.next = last + 1;
-                    self.inflights.add(last);
+                    self.inflights.add(last, bytes);
                 }
             }
             ProgressState::Probe => self.probe_sent = true,
@@ -217,20 +237,39 @@ mod tests {
 
     #[test]
     fn inflight_window_is_bounded() {
-        let mut w = Inflights::new(3);
-        w.add(2);
-        w.add(4);
-        w.add(6);
+        let mut w = Inflights::new(3, 1 << 20);
+        w.add(2, 10);
+        w.add(4, 10);
+        w.add(6, 10);
         assert!(w.full());
         w.free_le(4);
         assert_eq!(w.len(), 1);
+        assert_eq!(w.bytes(), 10);
         w.free_first();
         assert!(w.is_empty());
+        assert_eq!(w.bytes(), 0);
+    }
+
+    #[test]
+    fn inflight_window_is_bounded_in_bytes_but_always_takes_one() {
+        let mut w = Inflights::new(100, 1000);
+        // An entry larger than the whole budget still goes, alone.
+        w.add(1, 64 << 20);
+        assert!(w.full());
+        w.free_le(1);
+        assert!(!w.full());
+        w.add(2, 600);
+        assert!(!w.full());
+        w.add(3, 600);
+        assert!(w.full(), "1200 bytes in flight of 1000");
+        w.free_le(2);
+        assert!(!w.full());
+        assert_eq!(w.bytes(), 600);
     }
 
     #[test]
     fn probe_decrements_to_hint_but_not_below_match() {
-        let mut p = Progress::new(11, 4, false);
+        let mut p = Progress::new(11, 4, 1 << 20, false);
         p.matched = 3;
         assert!(!p.maybe_decr_to(5, 2)); // stale: not our last probe
         assert!(p.maybe_decr_to(10, 6));

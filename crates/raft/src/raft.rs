@@ -405,8 +405,12 @@ impl Raft {
         self.prs.clear();
         for id in self.members() {
             if id != self.cfg.id {
-                let pr =
-                    Progress::new(last + 1, self.cfg.max_inflight_msgs, learners.contains(&id));
+                let pr = Progress::new(
+                    last + 1,
+                    self.cfg.max_inflight_msgs,
+                    self.cfg.max_inflight_bytes,
+                    learners.contains(&id),
+                );
                 self.prs.insert(id, pr);
             }
         }
@@ -1218,10 +1222,11 @@ impl Raft {
             return false;
         }
         let n = entries.len();
+        let bytes = entries.iter().map(|e| e.data.len()).sum();
         let sent_last = prev_index + n as Index;
         let commit = self.log.committed().min(sent_last);
         let pr = self.prs.get_mut(&to).expect("present");
-        pr.sent(sent_last, n);
+        pr.sent(sent_last, n, bytes);
         let prev_term = prev_term.expect("checked");
         self.send(
             to,
@@ -1474,7 +1479,7 @@ impl Raft {
         }
         let conf = self.conf_state().clone();
         let last = self.log.last_index();
-        let cap = self.cfg.max_inflight_msgs;
+        let (cap, cap_bytes) = (self.cfg.max_inflight_msgs, self.cfg.max_inflight_bytes);
         // A removed member keeps receiving the log until its removal commits, so that it
         // learns (by appending the entry) that it was removed and stops campaigning.
         let n = self.confs.len();
@@ -1490,7 +1495,7 @@ impl Raft {
             let pr = self
                 .prs
                 .entry(*id)
-                .or_insert_with(|| Progress::new(last + 1, cap, false));
+                .or_insert_with(|| Progress::new(last + 1, cap, cap_bytes, false));
             pr.is_learner = conf.is_learner(*id);
         }
         if self.transferee != 0 && !conf.is_voter(self.transferee) {
