@@ -411,6 +411,7 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
             // The rest are the replica's own defaults (a unit test keeps them in step).
             heartbeat_ticks: 1,
             snapshot_entries: 10_000,
+            snapshot_bytes: 64 << 20,
             request_timeout_ms: 3_000,
             max_value_bytes: waverunner_node::config::MAX_VALUE_LIMIT,
             maxmemory: opts.maxmemory,

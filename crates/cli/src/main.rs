@@ -16,6 +16,12 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+/// mimalloc rather than glibc's malloc: no per-allocation header (the store holds one
+/// allocation per key) and freed memory is reused instead of unmapped, so a large value does
+/// not pay tens of thousands of page faults for every buffer it passes through (docs/bench.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use waverunner_sim::{run_seeds, Durability, SimOptions};
 
 #[derive(Parser)]
@@ -213,6 +219,7 @@ fn sim(a: SimArgs) -> ExitCode {
         total.reads_sent += s.reads_sent;
         total.reads_checked += s.reads_checked;
         total.reads_refused += s.reads_refused;
+        total.keepalives += s.keepalives;
         if !r.violations.is_empty() {
             violations += 1;
             eprintln!("seed {} FAILED:", r.seed);
@@ -226,12 +233,12 @@ fn sim(a: SimArgs) -> ExitCode {
         }
     }
     println!(
-        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed, {} retransmitted entries, {} fast-path rejects, {} ReadIndex reads ({} checked against acknowledged writes, {} refused)",
+        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed, {} retransmitted entries, {} fast-path rejects, {} ReadIndex reads ({} checked against acknowledged writes, {} refused), {} keepalive messages from paused replicas",
         reports.len(), a.nodes, started.elapsed().as_secs_f64(), total.events, total.writes_acked, total.writes_sent,
         total.writes_acked_by_dataplane, total.dataplane_enables, total.dataplane_disables, total.crashes, total.lost_logs,
         total.pauses, total.partitions, total.loss_bursts, total.membership_changes, total.transfers,
         total.deposed, total.snapshots_installed, total.retransmissions, total.fast_rejects,
-        total.reads_sent, total.reads_checked, total.reads_refused
+        total.reads_sent, total.reads_checked, total.reads_refused, total.keepalives
     );
     println!("seeds={} violations={violations}", reports.len());
     if violations > 0 {

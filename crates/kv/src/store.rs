@@ -122,14 +122,21 @@ impl Rec {
         // A stored expiry is after the store's clock, so never 0: 0 is free to mean "none".
         assert_ne!(expire_at, Some(0), "expiry 0 stored");
         let key_len = u32::try_from(key.len()).expect("key of 4 GiB or more");
-        let mut b = Vec::with_capacity(REC_HEADER + key.len() + value.len());
-        b.extend_from_slice(&key_len.to_le_bytes());
-        b.extend_from_slice(&flags.to_le_bytes());
-        b.extend_from_slice(&cas.to_le_bytes());
-        b.extend_from_slice(&expire_at.unwrap_or(0).to_le_bytes());
-        b.extend_from_slice(key);
-        b.extend_from_slice(value);
-        Rec(Arc::from(b))
+        let mut head = [0u8; REC_HEADER];
+        head[0..4].copy_from_slice(&key_len.to_le_bytes());
+        head[4..8].copy_from_slice(&flags.to_le_bytes());
+        head[8..16].copy_from_slice(&cas.to_le_bytes());
+        head[16..24].copy_from_slice(&expire_at.unwrap_or(0).to_le_bytes());
+        // Written in place: a large value is copied once, not into a vector and then again.
+        let mut b = Arc::<[u8]>::new_zeroed_slice(REC_HEADER + key.len() + value.len());
+        let dst = Arc::get_mut(&mut b).expect("a new allocation is unique");
+        // SAFETY: zeroed bytes are valid `u8`s.
+        let dst = unsafe { &mut *(dst as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
+        dst[..REC_HEADER].copy_from_slice(&head);
+        dst[REC_HEADER..REC_HEADER + key.len()].copy_from_slice(key);
+        dst[REC_HEADER + key.len()..].copy_from_slice(value);
+        // SAFETY: every byte was initialized (zeroed, then written).
+        Rec(unsafe { b.assume_init() })
     }
 
     fn field<const N: usize>(&self, at: usize) -> [u8; N] {
@@ -951,29 +958,35 @@ impl SnapshotView {
         put_u64(&mut head, self.now_ms);
         put_u64(&mut head, self.items.len() as u64);
         w.write(&head)?;
-        let mut meta = Vec::with_capacity(32);
+        // Items are gathered in a buffer of about 64 KiB per write (a large value goes alone).
+        let mut buf = Vec::with_capacity(64 << 10);
         for e in &self.items {
-            meta.clear();
-            put_u32(&mut meta, e.key_len() as u32);
-            w.write(&meta)?;
-            w.write(e.key())?;
-            meta.clear();
             let vlen = u32::try_from(e.value().len()).expect("value of 4 GiB or more");
-            put_u32(&mut meta, vlen);
-            w.write(&meta)?;
-            w.write(e.value())?;
-            meta.clear();
-            put_u32(&mut meta, e.flags());
-            put_u64(&mut meta, e.cas());
+            put_u32(&mut buf, e.key_len() as u32);
+            buf.extend_from_slice(e.key());
+            put_u32(&mut buf, vlen);
+            if e.value().len() > 16 << 10 {
+                w.write(&buf)?;
+                buf.clear();
+                w.write(e.value())?;
+            } else {
+                buf.extend_from_slice(e.value());
+            }
+            put_u32(&mut buf, e.flags());
+            put_u64(&mut buf, e.cas());
             match e.expire_at() {
-                None => meta.push(0),
+                None => buf.push(0),
                 Some(t) => {
-                    meta.push(1);
-                    put_u64(&mut meta, t);
+                    buf.push(1);
+                    put_u64(&mut buf, t);
                 }
             }
-            w.write(&meta)?;
+            if buf.len() >= 64 << 10 {
+                w.write(&buf)?;
+                buf.clear();
+            }
         }
+        w.write(&buf)?;
         let sum = w.hash.0;
         w.inner.write_all(&sum.to_le_bytes())?;
         Ok(w.written + 8)
@@ -1011,15 +1024,13 @@ impl<R: Read> HashingReader<R> {
     }
 
     fn take_vec(&mut self, n: usize) -> Result<Vec<u8>, DecodeError> {
-        // Read in bounded pieces: a corrupted length must not allocate gigabytes up front.
-        let mut out = Vec::with_capacity(n.min(1 << 20));
-        let mut buf = [0u8; 64 << 10];
-        let mut left = n;
-        while left > 0 {
-            let k = left.min(buf.len());
-            self.fill(&mut buf[..k])?;
-            out.extend_from_slice(&buf[..k]);
-            left -= k;
+        // Grow in bounded steps: a corrupted length must not allocate gigabytes up front.
+        let mut out = Vec::new();
+        while out.len() < n {
+            let from = out.len();
+            let to = n.min(from.max(1 << 20) * 2);
+            out.resize(to, 0);
+            self.fill(&mut out[from..to])?;
         }
         Ok(out)
     }

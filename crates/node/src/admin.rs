@@ -289,6 +289,32 @@ fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Resu
             let body = serde_json::to_string(&answer).expect("answer serializes") + "\n";
             respond(&mut s, code, "application/json", &body)
         }
+        ("POST", "/snapshot") => {
+            // Answered once the snapshot is written (the benchmark times it).
+            match handle.admin(AdminCmd::Snapshot) {
+                Ok(index) => {
+                    let snap = handle.status().snapshot;
+                    let body = serde_json::json!({
+                        "ok": true,
+                        "index": index,
+                        "bytes": snap.last_bytes,
+                        "duration_ms": snap.last_duration_ms,
+                    })
+                    .to_string()
+                        + "\n";
+                    respond(&mut s, "200 OK", "application/json", &body)
+                }
+                Err(e) => {
+                    let (code, answer) = answer_of(Err(e));
+                    let body = serde_json::to_string(&answer).expect("answer serializes") + "\n";
+                    respond(&mut s, code, "application/json", &body)
+                }
+            }
+        }
+        (_, "/snapshot") => {
+            *bad = true;
+            respond(&mut s, "405 Method Not Allowed", "text/plain", "use POST\n")
+        }
         (_, "/metrics" | "/status") => {
             *bad = true;
             respond(&mut s, "405 Method Not Allowed", "text/plain", "use GET\n")
@@ -303,7 +329,7 @@ fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Resu
                 &mut s,
                 "404 Not Found",
                 "text/plain",
-                "not found: try GET /metrics, GET /status, POST /membership, POST /transfer-leader\n",
+                "not found: try GET /metrics, GET /status, POST /membership, POST /transfer-leader, POST /snapshot\n",
             )
         }
     }

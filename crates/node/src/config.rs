@@ -101,9 +101,13 @@ pub struct NodeConfig {
     /// Heartbeat interval in ticks.
     #[serde(default = "default_heartbeat_ticks")]
     pub heartbeat_ticks: u32,
-    /// Take a snapshot and compact the log every this many applied entries.
+    /// Take a snapshot every this many applied entries; the log keeps the entries since the
+    /// snapshot before the last one (a trailing window of at least this many).
     #[serde(default = "default_snapshot_entries")]
     pub snapshot_entries: u64,
+    /// Also take one when the entries applied since the last one hold this many bytes.
+    #[serde(default = "default_snapshot_bytes")]
+    pub snapshot_bytes: u64,
     /// A client request not answered within this many milliseconds fails with a timeout
     /// (its outcome is then unknown to the client).
     #[serde(default = "default_request_timeout_ms")]
@@ -153,6 +157,9 @@ fn default_heartbeat_ticks() -> u32 {
 }
 fn default_snapshot_entries() -> u64 {
     10_000
+}
+fn default_snapshot_bytes() -> u64 {
+    64 << 20
 }
 fn default_request_timeout_ms() -> u64 {
     3_000
@@ -241,8 +248,8 @@ impl NodeConfig {
         if self.heartbeat_ticks == 0 || self.election_ticks <= self.heartbeat_ticks {
             return err("need 0 < heartbeat_ticks < election_ticks".into());
         }
-        if self.snapshot_entries == 0 {
-            return err("snapshot_entries must be > 0".into());
+        if self.snapshot_entries == 0 || self.snapshot_bytes == 0 {
+            return err("snapshot_entries and snapshot_bytes must be > 0".into());
         }
         if self.request_timeout_ms == 0 {
             return err("request_timeout_ms must be > 0".into());

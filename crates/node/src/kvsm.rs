@@ -4,7 +4,16 @@
 use waverunner_kv::codec::{decode_op, encode_op, encode_response};
 use waverunner_kv::{KvStore, Op, Response};
 
-use crate::sm::StateMachine;
+use crate::sm::{SnapshotView, StateMachine};
+
+/// The store's items shared in O(1) ([`KvStore::snapshot_view`]).
+struct KvView(waverunner_kv::store::SnapshotView);
+
+impl SnapshotView for KvView {
+    fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.0.write_to(w).map(|_| ())
+    }
+}
 
 /// The replicated key-value store.
 #[derive(Default)]
@@ -37,6 +46,10 @@ impl StateMachine for KvMachine {
 
     fn snapshot(&self) -> Vec<u8> {
         self.0.snapshot()
+    }
+
+    fn snapshot_view(&self) -> Box<dyn SnapshotView> {
+        Box::new(KvView(self.0.snapshot_view()))
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {

@@ -151,7 +151,11 @@ fn start_replica_with<S: StateMachine>(
         raft_listener,
         Some(cfg.listen.raft),
         &peers,
-        move |(from, f)| inbox.send(Event::Peer(from, f)).is_ok(),
+        move |(from, f)| {
+            inbox
+                .send(Event::Peer(from, f, std::time::Instant::now()))
+                .is_ok()
+        },
         stop.clone(),
     );
     let (dp, dp_socket) = if cfg.dataplane == config::DataPlaneKind::Off {
@@ -173,7 +177,16 @@ fn start_replica_with<S: StateMachine>(
         );
         (Some(d), Some(sock))
     };
-    let replica = Replica::open(cfg.clone(), sm, transport, status, addresses, dp)
+    let keepalive = Arc::new(replica::KeepAlive::default());
+    {
+        let (ka, t, s) = (keepalive.clone(), transport.clone(), stop.clone());
+        let tick = std::time::Duration::from_millis(cfg.tick_ms);
+        std::thread::Builder::new()
+            .name("keepalive".into())
+            .spawn(move || replica::run_keepalive(ka, t, tick, s))
+            .map_err(|e| StartError(format!("cannot start the keepalive thread: {e}")))?;
+    }
+    let replica = Replica::open(cfg.clone(), sm, transport, status, keepalive, addresses, dp)
         .map_err(|Fatal(m)| StartError(m))?;
     let stop2 = stop.clone();
     let core = std::thread::Builder::new()

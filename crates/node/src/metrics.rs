@@ -94,6 +94,8 @@ pub struct Status {
     pub keys: u64,
     /// Bytes the state takes as the state machine accounts them (compared with `maxmemory`).
     pub used_memory: u64,
+    /// The last snapshot this replica took.
+    pub snapshot: SnapshotStatus,
     /// This process's resident set size in bytes (`/proc/self/statm`).
     pub rss_bytes: u64,
     /// The configured `maxmemory` (0: no limit).
@@ -106,6 +108,20 @@ pub struct Status {
     pub write_latency: Histogram,
     /// Read latency at this replica.
     pub read_latency: Histogram,
+}
+
+/// The snapshots a replica takes, as `/status` shows them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SnapshotStatus {
+    /// A background thread is writing one now.
+    pub in_progress: bool,
+    /// Applied index of the last one written (0: none yet).
+    pub last_index: u64,
+    /// Its size in bytes.
+    pub last_bytes: u64,
+    /// How long taking it took, from the view to the file.
+    pub last_duration_ms: u64,
 }
 
 /// The data plane as `/status` shows it.
@@ -211,6 +227,12 @@ pub struct Counters {
     pub busy: u64,
     /// Writes refused because the state held more than `maxmemory`.
     pub oom_refused: u64,
+    /// Ready batches that took the loop more than 50 ms (it sends no heartbeat meanwhile).
+    pub slow_drives: u64,
+    /// Heartbeats the keepalive thread sent while the loop was stalled.
+    pub keepalives_sent: u64,
+    /// Snapshots whose writing failed.
+    pub snapshot_failures: u64,
     /// Retried commands answered from the session table.
     pub duplicates: u64,
     /// Elections this replica started.
@@ -388,6 +410,16 @@ impl Status {
             ("timeouts_total", "Requests timed out.", c.timeouts),
             ("busy_total", "Requests refused: queue full.", c.busy),
             (
+                "keepalives_sent_total",
+                "Heartbeats sent by the keepalive thread while the loop was stalled.",
+                c.keepalives_sent,
+            ),
+            (
+                "slow_drives_total",
+                "Ready batches that held the replica loop over 50 ms.",
+                c.slow_drives,
+            ),
+            (
                 "oom_refused_total",
                 "Writes refused: used memory over maxmemory.",
                 c.oom_refused,
@@ -407,6 +439,11 @@ impl Status {
                 "snapshots_taken_total",
                 "Snapshots taken.",
                 c.snapshots_taken,
+            ),
+            (
+                "snapshot_failures_total",
+                "Snapshots whose writing failed.",
+                c.snapshot_failures,
             ),
             (
                 "snapshots_installed_total",

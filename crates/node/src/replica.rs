@@ -3,11 +3,11 @@
 //! (membership changes, leader transfer) — then acts on the core's ready batches (persist,
 //! send, apply, answer). Nothing else touches Raft state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use waverunner_dataplane::RingRecord;
@@ -15,7 +15,7 @@ use waverunner_fastpath as fp;
 use waverunner_raft::{
     ConfChange, Config as RaftConfig, DataPlaneCommand, DataPlaneState, DisableReason, Entry,
     EntryKind, HardState, Message, MessageBody, Proposal, ProposeError, Raft, ReadError, ReadMode,
-    Ready, Role,
+    Ready, Role, Snapshot,
 };
 use waverunner_storage::Storage;
 
@@ -40,6 +40,10 @@ pub const MAX_IN_FLIGHT: usize = 100_000;
 /// How often at most a leader asks its state machine for upkeep work
 /// ([`StateMachine::housekeeping`]).
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A ready batch that takes longer than this to persist, send and apply is logged and counted
+/// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
+const SLOW_DRIVE: Duration = Duration::from_millis(50);
 
 /// Why a client request failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,6 +97,9 @@ pub struct Submit {
 /// A membership or leadership command (admin HTTP `POST /membership`, `/transfer-leader`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdminCmd {
+    /// Take a snapshot now (admin HTTP `POST /snapshot`); answered with its index once it is
+    /// written.
+    Snapshot,
     /// Add `id` as a learner; every replica learns its addresses through the log.
     AddLearner {
         /// The new member.
@@ -216,10 +223,62 @@ impl std::error::Error for AdminError {}
 /// a leader transfer, which is answered once started).
 pub type AdminReply = Box<dyn FnOnce(Result<u64, AdminError>) + Send>;
 
+/// A snapshot being written by a background thread.
+struct SnapJob {
+    index: u64,
+    started: Instant,
+    rx: Receiver<Result<Snapshot, String>>,
+}
+
+/// What the replica loop leaves for the keepalive thread ([`run_keepalive`]): the messages
+/// the core allows it to send now, and when the loop last ticked.
+#[derive(Default)]
+pub struct KeepAlive {
+    msgs: Mutex<Vec<Message>>,
+    /// Milliseconds since `epoch` at the loop's last tick.
+    last_tick_ms: AtomicU64,
+    epoch: OnceLock<Instant>,
+    /// Keepalive messages sent.
+    pub sent: AtomicU64,
+}
+
+impl KeepAlive {
+    fn now_ms(&self) -> u64 {
+        self.epoch.get_or_init(Instant::now).elapsed().as_millis() as u64
+    }
+}
+
+/// Sends what the Raft core allows while the loop has not ticked for more than two ticks (it
+/// applies a large value, or the machine is busy): a leader's heartbeats, a follower's
+/// liveness-only answer ([`Raft::keepalive_messages`]), so nobody campaigns or steps down
+/// because of a stall that is not a failure. Ends with `stop`.
+pub fn run_keepalive(
+    ka: Arc<KeepAlive>,
+    transport: Arc<Transport>,
+    tick: Duration,
+    stop: Arc<AtomicBool>,
+) {
+    let stale = 2 * tick.as_millis() as u64;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(tick);
+        let since = ka
+            .now_ms()
+            .saturating_sub(ka.last_tick_ms.load(Ordering::Relaxed));
+        if since <= stale {
+            continue;
+        }
+        let msgs = ka.msgs.lock().expect("keepalive").clone();
+        for m in msgs {
+            ka.sent.fetch_add(1, Ordering::Relaxed);
+            transport.send(m.to, Frame::Raft(m));
+        }
+    }
+}
+
 /// An event for the replica loop.
 pub enum Event {
-    /// A frame from a peer.
-    Peer(u64, Frame),
+    /// A frame from a peer, and when the transport received it.
+    Peer(u64, Frame, Instant),
     /// A client request.
     Submit(Submit),
     /// A membership or leadership command.
@@ -367,6 +426,7 @@ pub struct Replica<S: StateMachine> {
     state: Replicated<S>,
     transport: Arc<Transport>,
     status: Arc<Mutex<Status>>,
+    keepalive: Arc<KeepAlive>,
     addresses: crate::metrics::Addresses,
     next_req: u64,
     requests: HashMap<u64, Request>,
@@ -395,6 +455,20 @@ pub struct Replica<S: StateMachine> {
     /// When the leader last proposed upkeep work, and the entry's index (it proposes no more
     /// until that one is applied).
     housekeeping: (Instant, u64),
+    /// The snapshot a background thread is writing, if any.
+    snap_job: Option<SnapJob>,
+    /// The newest snapshot written, not yet the log's compaction point: the log is compacted
+    /// to the one before it, so it keeps a trailing window of at least `snapshot_entries`
+    /// entries that a briefly lagging follower catches up from instead of a snapshot.
+    snap_next: Option<Snapshot>,
+    /// Entry bytes applied since the last snapshot started (compaction by size).
+    snap_bytes: u64,
+    /// Writes snapshot files off the loop.
+    snap_files: waverunner_storage::SnapshotFiles,
+    /// `POST /snapshot` requests waiting for the next snapshot.
+    snap_waiters: Vec<AdminReply>,
+    /// The last snapshot taken, for `/status`.
+    snap_status: crate::metrics::SnapshotStatus,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -404,6 +478,7 @@ impl<S: StateMachine> Replica<S> {
         sm: S,
         transport: Arc<Transport>,
         status: Arc<Mutex<Status>>,
+        keepalive: Arc<KeepAlive>,
         addresses: crate::metrics::Addresses,
         dp: Option<DpHost>,
     ) -> Result<Replica<S>, Fatal> {
@@ -417,6 +492,7 @@ impl<S: StateMachine> Replica<S> {
                 cfg.data_dir.display()
             ))
         })?;
+        let snap_files = storage.snapshot_files();
         let initial = waverunner_raft::ConfState {
             voters: cfg.voters(),
             learners: vec![],
@@ -463,6 +539,7 @@ impl<S: StateMachine> Replica<S> {
             state,
             transport,
             status,
+            keepalive,
             addresses,
             // Request ids are unique across restarts: an entry proposed by an earlier
             // incarnation must never answer a request of this one.
@@ -482,6 +559,12 @@ impl<S: StateMachine> Replica<S> {
             dp,
             sw_latency: SoftwareLatency::default(),
             housekeeping: (Instant::now(), 0),
+            snap_job: None,
+            snap_next: None,
+            snap_bytes: 0,
+            snap_files,
+            snap_waiters: Vec::new(),
+            snap_status: Default::default(),
         };
         replica.sync_transport();
         Ok(replica)
@@ -536,7 +619,13 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Counts the ticks that elapsed up to now, if any, and sends what they produced.
-    fn tick_if_due(&mut self, next_tick: &mut Instant, tick: Duration) -> Result<(), Fatal> {
+    fn tick_if_due(
+        &mut self,
+        next_tick: &mut Instant,
+        tick: Duration,
+        rx: &Receiver<Event>,
+        backlog: &mut VecDeque<Event>,
+    ) -> Result<(), Fatal> {
         let now = Instant::now();
         if now < *next_tick {
             return Ok(());
@@ -554,7 +643,37 @@ impl<S: StateMachine> Replica<S> {
         if self.dp.is_some() {
             self.on_ring();
         }
-        self.on_tick(ticks);
+        // A stall (this loop applied a large value, the machine was busy, the process was
+        // stopped): the ticks it missed are replayed in step with what peers sent meanwhile,
+        // each frame after the ticks that passed before it arrived. A follower whose leader's
+        // heartbeats waited in the queue then does not campaign because of its own stall, and
+        // a leader whose followers' answers waited does not step down; a frame that really
+        // came late still comes after the ticks it missed. Other events keep their order and
+        // come after all the ticks (a read never sees the clock of before the stall).
+        let mut replayed = 0;
+        if missed > 0 {
+            let mut due = *next_tick;
+            while backlog.len() < EVENT_QUEUE {
+                match rx.try_recv() {
+                    Ok(Event::Peer(from, f, at)) => {
+                        while replayed + 1 < ticks && due <= at {
+                            self.raft.tick();
+                            replayed += 1;
+                            due += tick;
+                        }
+                        self.on_frame(from, f);
+                    }
+                    Ok(ev) => backlog.push_back(ev),
+                    Err(_) => break,
+                }
+            }
+        }
+        self.on_tick(ticks - replayed);
+        let ka = &self.keepalive;
+        ka.last_tick_ms.store(ka.now_ms(), Ordering::Relaxed);
+        // A leader's heartbeats (none while an enabled data plane carries them), a follower's
+        // liveness-only answer.
+        *ka.msgs.lock().expect("keepalive") = self.raft.keepalive_messages();
         *next_tick += tick * (missed as u32).saturating_add(1);
         if *next_tick <= now {
             *next_tick = now + tick;
@@ -572,20 +691,30 @@ impl<S: StateMachine> Replica<S> {
         let mut next_tick = Instant::now() + tick;
         self.drive()?;
         self.publish();
+        // Events taken from the queue during a stall while peers' frames were stepped first.
+        let mut backlog: VecDeque<Event> = VecDeque::new();
         'outer: loop {
-            self.tick_if_due(&mut next_tick, tick)?;
-            match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+            self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
+            let first = match backlog.pop_front() {
+                Some(ev) => Ok(ev),
+                None => rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())),
+            };
+            match first {
                 Ok(ev) => {
                     // Time first: a process stopped (SIGSTOP) or starved while an event waited
                     // would otherwise handle it with the clock of before the stall, e.g. serve
                     // a lease read from a lease that expired meanwhile.
-                    self.tick_if_due(&mut next_tick, tick)?;
+                    self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
                     if !self.on_event(ev) {
                         break 'outer;
                     }
                     // Take what else is queued before persisting: one sync for all (group commit).
                     for _ in 0..1_024 {
-                        match rx.try_recv() {
+                        let next = match backlog.pop_front() {
+                            Some(ev) => Ok(ev),
+                            None => rx.try_recv(),
+                        };
+                        match next {
                             Ok(ev) => {
                                 if !self.on_event(ev) {
                                     break 'outer;
@@ -601,7 +730,13 @@ impl<S: StateMachine> Replica<S> {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
+            let t = Instant::now();
             self.drive()?;
+            let took = t.elapsed();
+            if took > SLOW_DRIVE {
+                self.counters.slow_drives += 1;
+                tracing::warn!("one ready batch took {} ms", took.as_millis());
+            }
         }
         self.drive()?;
         if self.latest_hard != self.persisted_hard {
@@ -620,7 +755,7 @@ impl<S: StateMachine> Replica<S> {
 
     fn on_event(&mut self, ev: Event) -> bool {
         match ev {
-            Event::Peer(from, f) => self.on_frame(from, f),
+            Event::Peer(from, f, _) => self.on_frame(from, f),
             Event::Submit(s) => self.on_submit(s),
             Event::Admin(cmd, reply) => self.on_admin(cmd, reply),
             Event::ClientError => self.counters.client_errors += 1,
@@ -634,6 +769,7 @@ impl<S: StateMachine> Replica<S> {
 
     fn on_admin(&mut self, cmd: AdminCmd, reply: AdminReply) {
         match cmd {
+            AdminCmd::Snapshot => self.snap_waiters.push(reply),
             AdminCmd::TransferLeader { id } => match self.raft.transfer_leader(id) {
                 Ok(()) => {
                     self.counters.membership_changes += 1;
@@ -861,7 +997,7 @@ impl<S: StateMachine> Replica<S> {
                 seq: r.seq,
                 command: r.command.clone(),
             };
-            self.transport.send(leader, &f);
+            self.transport.send(leader, f);
             self.counters.forwarded += 1;
             self.set_stage(id, Stage::Forwarded);
         } else {
@@ -1155,7 +1291,7 @@ impl<S: StateMachine> Replica<S> {
         if early {
             for m in messages.drain(..) {
                 let to = m.to;
-                self.transport.send(to, &Frame::Raft(m));
+                self.transport.send(to, Frame::Raft(m));
             }
         }
         if let Some(snap) = &rd.snapshot {
@@ -1165,6 +1301,14 @@ impl<S: StateMachine> Replica<S> {
                 .map_err(|e| Fatal(format!("cannot install the leader's snapshot: {e}")))?;
             self.counters.snapshots_installed += 1;
             tracing::info!("installed a snapshot at index {}", snap.meta.index);
+            if self
+                .snap_next
+                .as_ref()
+                .is_some_and(|n| n.meta.index <= snap.meta.index)
+            {
+                self.snap_next = None;
+            }
+            self.snap_bytes = 0;
             self.sync_transport();
         }
         if !rd.entries.is_empty() {
@@ -1188,13 +1332,14 @@ impl<S: StateMachine> Replica<S> {
         }
         for m in messages {
             let to = m.to;
-            self.transport.send(to, &Frame::Raft(m));
+            self.transport.send(to, Frame::Raft(m));
         }
         for e in &rd.committed_entries {
             if e.index <= self.state.applied {
                 continue;
             }
             self.counters.applied_entries += 1;
+            self.snap_bytes += e.data.len() as u64;
             if !self.admin_pending.is_empty() {
                 self.resolve_admin(e);
             }
@@ -1303,18 +1448,109 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Starts a snapshot when the log has grown by `snapshot_entries` entries or
+    /// `snapshot_bytes` bytes since the last one (or one was asked for), and adopts the one a
+    /// background thread finished. Taking one costs the loop O(1) (a view of the state that
+    /// later writes do not change); serializing and writing it happen on the thread.
     fn maybe_compact(&mut self) -> Result<(), Fatal> {
-        let applied = self.state.applied;
-        if applied < self.raft.first_index() + self.cfg.snapshot_entries {
+        self.poll_snapshot()?;
+        if self.snap_job.is_some() {
             return Ok(());
         }
-        let data = self.state.snapshot();
-        if self.raft.compact(applied, data).is_ok() {
-            let snap = self.raft.snapshot().expect("just compacted").clone();
+        let applied = self.state.applied;
+        let base = self
+            .snap_next
+            .as_ref()
+            .map_or(self.raft.first_index() - 1, |s| s.meta.index);
+        let due = applied >= base + self.cfg.snapshot_entries
+            || self.snap_bytes >= self.cfg.snapshot_bytes
+            || !self.snap_waiters.is_empty();
+        if !due {
+            return Ok(());
+        }
+        let Some(meta) = self.raft.snapshot_meta(applied) else {
+            // Nothing applied since the last one: that one answers who asked.
+            for w in self.snap_waiters.drain(..) {
+                w(Ok(base));
+            }
+            return Ok(());
+        };
+        let job = self.state.snapshot_job();
+        debug_assert_eq!(job.index, meta.index);
+        let files = self.snap_files.clone();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name(format!("snapshot-{}", self.cfg.id))
+            .spawn(move || {
+                let snap = Snapshot {
+                    meta,
+                    data: job.run().into(),
+                };
+                let r = files.write(&snap).map(|()| snap);
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a snapshot thread: {e}");
+            return Ok(());
+        }
+        self.snap_bytes = 0;
+        self.snap_status.in_progress = true;
+        self.snap_job = Some(SnapJob {
+            index: applied,
+            started: Instant::now(),
+            rx,
+        });
+        Ok(())
+    }
+
+    /// Adopts a snapshot the background thread finished: the storage compacts its log to it,
+    /// the Raft core to the one before it (the trailing window).
+    fn poll_snapshot(&mut self) -> Result<(), Fatal> {
+        let Some(job) = &self.snap_job else {
+            return Ok(());
+        };
+        let r = match job.rx.try_recv() {
+            Ok(r) => r,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(()),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => Err("the thread died".into()),
+        };
+        let job = self.snap_job.take().expect("checked");
+        self.snap_status.in_progress = false;
+        let snap = match r {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("snapshot at index {} failed: {e}", job.index);
+                self.counters.snapshot_failures += 1;
+                for w in self.snap_waiters.drain(..) {
+                    w(Err(AdminError::Retry(format!("snapshot failed: {e}"))));
+                }
+                return Ok(());
+            }
+        };
+        let index = snap.meta.index;
+        let took = job.started.elapsed();
+        if index > self.raft.snapshot_index() {
+            // A snapshot installed from the leader meanwhile supersedes this one.
             self.storage
-                .save_snapshot(&snap)
+                .snapshot_written(&snap.meta)
                 .map_err(|e| Fatal(format!("storage: {e}")))?;
+            self.snap_status.last_index = index;
+            self.snap_status.last_bytes = snap.data.len() as u64;
+            self.snap_status.last_duration_ms = took.as_millis() as u64;
             self.counters.snapshots_taken += 1;
+            tracing::info!(
+                "snapshot at index {index}: {} bytes in {} ms",
+                snap.data.len(),
+                took.as_millis()
+            );
+            if let Some(prev) = self.snap_next.replace(snap) {
+                if prev.meta.index > self.raft.snapshot_index() {
+                    let _ = self.raft.compact(prev.meta.index, prev.data);
+                }
+            }
+        }
+        for w in self.snap_waiters.drain(..) {
+            w(Ok(index));
         }
         Ok(())
     }
@@ -1324,6 +1560,7 @@ impl<S: StateMachine> Replica<S> {
         self.counters.frames_rejected = t.frames_rejected.load(Ordering::Relaxed);
         self.counters.frames_dropped = t.frames_dropped.load(Ordering::Relaxed);
         self.counters.peer_connections_lost = t.closed_found.load(Ordering::Relaxed);
+        self.counters.keepalives_sent = self.keepalive.sent.load(Ordering::Relaxed);
         self.counters.messages_rejected = self.raft.counters().messages_rejected;
         let conf = self.raft.conf_state().clone();
         let members = self.member_status();
@@ -1358,6 +1595,7 @@ impl<S: StateMachine> Replica<S> {
             addresses: self.addresses.clone(),
             keys: self.state.sm.size(),
             used_memory: self.state.sm.used_memory(),
+            snapshot: self.snap_status.clone(),
             rss_bytes: rss_bytes(),
             maxmemory: self.cfg.maxmemory,
             digest: self.state.sm.digest(),
@@ -1591,7 +1829,7 @@ impl<S: StateMachine> Replica<S> {
                 term: e.term,
                 index: e.index,
                 kind: EntryKind::Normal,
-                data: e.payload,
+                data: e.payload.into(),
             };
             if let Err(err) = self.raft.dataplane_append(entry) {
                 tracing::error!(
@@ -1672,7 +1910,7 @@ impl<S: StateMachine> Replica<S> {
                             term: h.term,
                             index: h.index + 1,
                             kind: EntryKind::Normal,
-                            data: payload.to_vec(),
+                            data: payload.to_vec().into(),
                         }],
                         // A follower takes min(leader commit, last new entry).
                         commit: h.commit.min(h.index + 1),
@@ -1940,7 +2178,7 @@ impl<S: StateMachine> Replica<S> {
         } else {
             let leader = self.raft.leader();
             self.transport
-                .send(origin, &Frame::ForwardNack { req, leader });
+                .send(origin, Frame::ForwardNack { req, leader });
         }
     }
 

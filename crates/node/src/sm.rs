@@ -27,6 +27,12 @@ pub trait StateMachine: Send + 'static {
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
+    /// The state at this moment, for another thread to write while the replica keeps
+    /// applying. The default copies [`StateMachine::snapshot`] (O(state) on the replica loop);
+    /// a state machine with a persistent or copy-on-write structure hands out a view in O(1).
+    fn snapshot_view(&self) -> Box<dyn SnapshotView> {
+        Box::new(BytesView(self.snapshot()))
+    }
     /// A digest of the state, so operators and tests can see that replicas converged. Read
     /// on every tick: it must cost O(1) (keep it as the state changes).
     fn digest(&self) -> u64 {
@@ -54,6 +60,46 @@ pub trait StateMachine: Send + 'static {
     fn housekeeping(&self, now_ms: u64) -> Option<Vec<u8>> {
         let _ = now_ms;
         None
+    }
+}
+
+/// A state machine's state at one moment, to be written by another thread
+/// ([`StateMachine::snapshot_view`]).
+pub trait SnapshotView: Send {
+    /// Writes the state in [`StateMachine::restore`]'s format.
+    fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()>;
+}
+
+/// A view that is already bytes (the default for state machines without a cheaper one).
+struct BytesView(Vec<u8>);
+
+impl SnapshotView for BytesView {
+    fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        w.write_all(&self.0)
+    }
+}
+
+/// A snapshot to be written off the replica loop ([`Replicated::snapshot_job`]).
+pub struct SnapshotJob {
+    /// The applied index it captures.
+    pub index: u64,
+    head: Vec<u8>,
+    sm: Box<dyn SnapshotView>,
+    tail: Vec<u8>,
+}
+
+impl SnapshotJob {
+    /// The snapshot's bytes (what [`Replicated::restore`] takes). O(state): run it off the loop.
+    pub fn run(self) -> Vec<u8> {
+        let mut sm = Vec::new();
+        self.sm
+            .write_to(&mut sm)
+            .expect("a state machine's snapshot written to memory");
+        let mut w = Writer::with_capacity(self.head.len() + 4 + sm.len() + self.tail.len());
+        w.put_raw(&self.head);
+        w.put_bytes(&sm);
+        w.put_raw(&self.tail);
+        w.into_inner()
     }
 }
 
@@ -347,6 +393,14 @@ impl<S: StateMachine> Replicated<S> {
 
     /// Snapshot of sessions and state machine.
     pub fn snapshot(&self) -> Vec<u8> {
+        self.snapshot_job().run()
+    }
+
+    /// What a snapshot of this moment needs, taken cheaply so that another thread can write
+    /// it while the loop keeps applying: the sessions and the address book (bounded by
+    /// [`MAX_SESSIONS`] and [`MAX_MEMBERS`]) serialized now, the state machine as its
+    /// [`StateMachine::snapshot_view`].
+    pub fn snapshot_job(&self) -> SnapshotJob {
         let mut w = Writer::new();
         w.put_u64(self.now_ms);
         w.put_u32(self.sessions.len() as u32);
@@ -356,8 +410,9 @@ impl<S: StateMachine> Replicated<S> {
             w.put_u64(s.last_index);
             w.put_bytes(&s.result);
         }
-        w.put_bytes(&self.sm.snapshot());
-        // The address book follows (absent in snapshots of older versions).
+        let head = w.into_inner();
+        // The address book follows the state machine (absent in snapshots of older versions).
+        let mut w = Writer::new();
         w.put_u32(self.members.len() as u32);
         for (id, m) in &self.members {
             w.put_u64(*id);
@@ -368,7 +423,12 @@ impl<S: StateMachine> Replicated<S> {
         for id in &self.removed {
             w.put_u64(*id);
         }
-        w.into_inner()
+        SnapshotJob {
+            index: self.applied,
+            head,
+            sm: self.sm.snapshot_view(),
+            tail: w.into_inner(),
+        }
     }
 
     /// Restores sessions and state machine from a snapshot taken at `index`.

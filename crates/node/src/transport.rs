@@ -1,5 +1,5 @@
-//! TCP transport between replicas: one outbound connection per peer with a bounded send queue
-//! and reconnection with backoff, and inbound connections whose frames are checked and handed
+//! TCP transport between replicas: two outbound connections per peer ([`Lane`]: control and
+//! bulk), each with a bounded send queue and reconnection with backoff, and inbound connections whose frames are checked and handed
 //! to the replica's event queue. Raft tolerates loss: a full queue or a broken connection drops
 //! frames (counted), it never blocks the replica.
 //!
@@ -21,15 +21,19 @@ use std::mem;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
+
+use waverunner_raft::MessageBody;
 
 use crate::wire::{self, Frame, Reassembly, HEADER_LEN};
 
 /// Frames queued per peer before new ones are dropped.
 pub const SEND_QUEUE: usize = 4_096;
+/// Forwarded commands longer than this take the bulk lane.
+const BULK_FORWARD: usize = 16 << 10;
 /// Inbound connections accepted at once.
 pub const MAX_INBOUND: usize = 64;
 /// How often an idle sender checks that its peer has not closed the connection.
@@ -59,10 +63,44 @@ pub struct TransportStats {
 /// What inbound connections deliver: (sender node id, frame).
 pub type Inbound = (u64, Frame);
 
+/// Which of a peer's two connections a frame takes. Bulk data (appends, snapshots) has a
+/// connection of its own, so heartbeats, votes and acknowledgements never
+/// wait behind a 64 MiB value: a follower keeps hearing its leader while a large entry is on
+/// the wire. Raft tolerates the reordering between the two (and within each, order is kept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Everything small: votes, heartbeats, acknowledgements, forwards.
+    Control,
+    /// Appends and snapshots.
+    Bulk,
+}
+
+impl Lane {
+    /// The lane `f` travels in.
+    pub fn of(f: &Frame) -> Lane {
+        match f {
+            Frame::Raft(m) => match &m.body {
+                // Every append, also an empty one that carries a commit index: appends
+                // keep their order among themselves (an empty one overtaking the entries
+                // before it is refused, and a removed follower that got the commit of its
+                // removal before the entry never learned it was removed).
+                MessageBody::Append { .. } => Lane::Bulk,
+                MessageBody::InstallSnapshot { .. } => Lane::Bulk,
+                _ => Lane::Control,
+            },
+            // A forwarded command can be a large value; forwards need no order among them
+            // (a client waits for each answer).
+            Frame::Forward { command, .. } if command.len() > BULK_FORWARD => Lane::Bulk,
+            _ => Lane::Control,
+        }
+    }
+}
+
 struct PeerQueue {
     addr: SocketAddr,
-    tx: SyncSender<Vec<u8>>,
-    /// Set when the peer is removed: its sender thread ends.
+    control: SyncSender<Frame>,
+    bulk: SyncSender<Frame>,
+    /// Set when the peer is removed: its sender threads end.
     gone: Arc<AtomicBool>,
 }
 
@@ -119,26 +157,35 @@ impl Transport {
             Some(p) => p.gone.store(true, Ordering::Relaxed),
             None => {}
         }
-        let (tx, rx) = sync_channel(SEND_QUEUE);
+        let (control, control_rx) = sync_channel(SEND_QUEUE);
+        let (bulk, bulk_rx) = sync_channel(SEND_QUEUE);
         let gone = Arc::new(AtomicBool::new(false));
         q.insert(
             id,
             PeerQueue {
                 addr,
-                tx,
+                control,
+                bulk,
                 gone: gone.clone(),
             },
         );
-        let (stats, stop, me, adv) = (
-            self.stats.clone(),
-            self.stop.clone(),
-            self.self_id,
-            self.advertise,
-        );
-        thread::Builder::new()
-            .name(format!("raft-send-{id}"))
-            .spawn(move || send_loop(me, adv, addr, rx, stats, stop, gone))
-            .expect("spawn sender thread");
+        for (lane, rx) in [(Lane::Control, control_rx), (Lane::Bulk, bulk_rx)] {
+            let (stats, stop, gone, me, adv) = (
+                self.stats.clone(),
+                self.stop.clone(),
+                gone.clone(),
+                self.self_id,
+                self.advertise,
+            );
+            let name = match lane {
+                Lane::Control => format!("raft-send-{id}"),
+                Lane::Bulk => format!("raft-bulk-{id}"),
+            };
+            thread::Builder::new()
+                .name(name)
+                .spawn(move || send_loop(me, adv, addr, rx, stats, stop, gone))
+                .expect("spawn sender thread");
+        }
     }
 
     /// Stops talking to a peer (a removed member): frames to it are dropped from now on, its
@@ -163,15 +210,21 @@ impl Transport {
     }
 
     /// Queues `f` for peer `to`; drops it (counted) if the queue is full or `to` is unknown.
-    pub fn send(&self, to: u64, f: &Frame) {
-        let mut buf = Vec::new();
-        wire::encode_frames(f, &mut buf);
+    /// The peer's sender thread encodes it: the replica loop never copies a large value into
+    /// frames.
+    pub fn send(&self, to: u64, f: Frame) {
         let q = self.queues.lock().expect("queues");
-        match q.get(&to).map(|p| p.tx.try_send(buf)) {
-            Some(Ok(())) => {}
-            Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => {
-                self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+        let lane = Lane::of(&f);
+        let queued = q.get(&to).is_some_and(|p| {
+            match lane {
+                Lane::Control => p.control.try_send(f),
+                Lane::Bulk => p.bulk.try_send(f),
             }
+            .is_ok()
+        });
+        if !queued {
+            // The queue was full, the sender gone, or `to` unknown.
+            self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -180,7 +233,7 @@ fn send_loop(
     me: u64,
     advertise: Option<SocketAddr>,
     addr: SocketAddr,
-    rx: Receiver<Vec<u8>>,
+    rx: Receiver<Frame>,
     stats: Arc<TransportStats>,
     stop: Arc<AtomicBool>,
     gone: Arc<AtomicBool>,
@@ -231,8 +284,8 @@ fn send_loop(
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            match rx.recv_timeout(IDLE_CHECK) {
-                Ok(f) => batch.extend_from_slice(&f),
+            let mut large = match rx.recv_timeout(IDLE_CHECK) {
+                Ok(f) => wire::encode_or_large(&f, &mut batch),
                 Err(RecvTimeoutError::Timeout) => {
                     // Notice a peer that went away while idle, so the reconnection (and its
                     // backoff) starts now rather than at the next frame.
@@ -243,13 +296,14 @@ fn send_loop(
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
-            }
+            };
             n = 1;
-            // Coalesce what is queued into one write (bounded).
-            while batch.len() < 4 << 20 {
+            // Coalesce what is queued into one write (bounded); a large message ends the
+            // batch and is written after it, piece by piece.
+            while batch.len() < 4 << 20 && large.is_none() {
                 match rx.try_recv() {
                     Ok(f) => {
-                        batch.extend_from_slice(&f);
+                        large = wire::encode_or_large(&f, &mut batch);
                         n += 1;
                     }
                     Err(_) => break,
@@ -261,16 +315,63 @@ fn send_loop(
             if peer_closed(&s) {
                 stats.closed_found.fetch_add(1, Ordering::Relaxed);
                 carried = mem::take(&mut batch);
+                if let Some(l) = &large {
+                    l.write_to(&mut carried).expect("writing to memory");
+                }
                 carried_n = n;
                 break;
             }
-            if s.write_all(&batch).is_err() {
+            let written = s.write_all(&batch);
+            let written = written.and_then(|()| match &large {
+                Some(l) => {
+                    let _low = LowPriority::new();
+                    l.write_to(&mut s)
+                }
+                None => Ok(()),
+            });
+            if written.is_err() {
                 stats.frames_dropped.fetch_add(n, Ordering::Relaxed);
                 batch.clear();
                 break;
             }
             stats.frames_sent.fetch_add(n, Ordering::Relaxed);
             batch.clear();
+        }
+    }
+}
+
+/// The calling thread at a lower CPU priority (nice 10) while the guard lives: a thread that
+/// moves a large message (a 64 MiB value, a snapshot) leaves the CPU to the replica loops and
+/// the control connections, so heartbeats and votes keep their pace on a busy machine (three
+/// replicas on two cores spent seconds copying a large value and fell into elections). Only
+/// where the priority can be raised back afterwards (root, or `CAP_SYS_NICE`); elsewhere
+/// nothing changes.
+struct LowPriority(Option<libc::id_t>);
+
+impl LowPriority {
+    fn new() -> LowPriority {
+        // SAFETY: gettid, geteuid and setpriority on the calling thread have no memory
+        // preconditions.
+        unsafe {
+            if libc::geteuid() != 0 {
+                return LowPriority(None);
+            }
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            if libc::setpriority(libc::PRIO_PROCESS, tid, 10) != 0 {
+                return LowPriority(None);
+            }
+            LowPriority(Some(tid))
+        }
+    }
+}
+
+impl Drop for LowPriority {
+    fn drop(&mut self) {
+        if let Some(tid) = self.0 {
+            // SAFETY: as above.
+            unsafe {
+                let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 0);
+            }
         }
     }
 }
@@ -333,7 +434,21 @@ fn accept_loop<D: Fn(Inbound) -> bool + Send + Sync + 'static>(
     }
 }
 
-fn read_frame(s: &mut TcpStream) -> Result<Option<Frame>, String> {
+/// What one frame read from a connection gave.
+enum Got {
+    /// A whole frame.
+    Frame(Frame),
+    /// A chunk went into the reassembly; this is the message it completed, if any.
+    Chunk(Option<Frame>),
+}
+
+/// Reads one frame into `buf` (reused from frame to frame); a chunk goes straight into `re`.
+/// `None` at end of stream.
+fn read_frame(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    re: &mut Reassembly,
+) -> Result<Option<Got>, String> {
     let mut h = [0u8; HEADER_LEN];
     match s.read_exact(&mut h) {
         Ok(()) => {}
@@ -341,10 +456,26 @@ fn read_frame(s: &mut TcpStream) -> Result<Option<Frame>, String> {
         Err(e) => return Err(e.to_string()),
     }
     let (kind, len, crc) = wire::decode_header(&h).map_err(|e| e.to_string())?;
-    let mut p = vec![0u8; len];
-    s.read_exact(&mut p).map_err(|e| e.to_string())?;
-    wire::decode_payload(kind, crc, &p)
-        .map(Some)
+    buf.clear();
+    let got = Read::by_ref(s)
+        .take(len as u64)
+        .read_to_end(buf)
+        .map_err(|e| e.to_string())?;
+    if got != len {
+        return Err("end of stream inside a frame".into());
+    }
+    if kind == wire::K_CHUNK {
+        if waverunner_storage::crc::crc32c(buf) != crc {
+            return Err("checksum mismatch".into());
+        }
+        let (total, offset, inner, piece) = wire::split_chunk(buf).map_err(|e| e.to_string())?;
+        return re
+            .push(total, offset, inner, piece)
+            .map(|f| Some(Got::Chunk(f)))
+            .map_err(|e| e.to_string());
+    }
+    wire::decode_payload(kind, crc, buf)
+        .map(|f| Some(Got::Frame(f)))
         .map_err(|e| e.to_string())
 }
 
@@ -357,29 +488,32 @@ fn recv_loop(
     let source = s.peer_addr().ok();
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
-    let from = match read_frame(&mut s)? {
-        Some(Frame::Hello { node }) if node != 0 => node,
+    let mut buf = Vec::new();
+    let mut re = Reassembly::default();
+    let from = match read_frame(&mut s, &mut buf, &mut re)? {
+        Some(Got::Frame(Frame::Hello { node })) if node != 0 => node,
         Some(_) => return Err("the first frame was not a hello".into()),
         None => return Ok(()),
     };
     // Peers may be idle for long: only the hello has a deadline.
     s.set_read_timeout(None).map_err(|e| e.to_string())?;
-    let mut re = Reassembly::default();
-    while let Some(f) = read_frame(&mut s)? {
+    // Held while a large message arrives in chunks.
+    let mut low: Option<LowPriority> = None;
+    while let Some(got) = read_frame(&mut s, &mut buf, &mut re)? {
         stats.frames_received.fetch_add(1, Ordering::Relaxed);
+        let f = match got {
+            Got::Chunk(None) => {
+                low.get_or_insert_with(LowPriority::new);
+                continue;
+            }
+            Got::Chunk(Some(f)) => {
+                low = None;
+                f
+            }
+            Got::Frame(f) => f,
+        };
         let f = match f {
-            Frame::Chunk {
-                total,
-                offset,
-                kind,
-                bytes,
-            } => match re
-                .push(total, offset, kind, &bytes)
-                .map_err(|e| e.to_string())?
-            {
-                Some(f) => f,
-                None => continue,
-            },
+            Frame::Chunk { .. } => return Err("a chunk frame inside a chunk stream".into()),
             Frame::Hello { .. } => return Err("a second hello".into()),
             Frame::Advertise { mut raft } => {
                 // A replica listening on a wildcard address is reached at the address it

@@ -5,11 +5,11 @@
 //! little-endian; the CRC-32C covers the payload. A frame whose payload would exceed
 //! [`MAX_FRAME`] (an InstallSnapshot) is sent as a stream of [`Frame::Chunk`]s and reassembled.
 
-use waverunner_raft::{CampaignKind, Message, MessageBody};
+use waverunner_raft::{Bytes, CampaignKind, Message, MessageBody};
 use waverunner_storage::codec::{
-    get_entry, get_snapshot, put_entry, put_snapshot, CodecError, Reader, Writer,
+    get_entry_with, get_snapshot, put_entry, put_snapshot, CodecError, Reader, Writer,
 };
-use waverunner_storage::crc::crc32c;
+use waverunner_storage::crc::{crc32c, crc32c_update};
 
 /// `WRTP` little-endian.
 pub const MAGIC: u32 = 0x5054_5257;
@@ -28,7 +28,8 @@ const K_HELLO: u8 = 1;
 const K_RAFT: u8 = 2;
 const K_FORWARD: u8 = 3;
 const K_FORWARD_NACK: u8 = 4;
-const K_CHUNK: u8 = 5;
+/// The kind of a chunk frame (a piece of a message larger than [`MAX_FRAME`]).
+pub const K_CHUNK: u8 = 5;
 const K_ADVERTISE: u8 = 6;
 
 /// One frame between replicas.
@@ -220,6 +221,12 @@ pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
 
 /// Decodes a Raft message; never panics on garbage.
 pub fn decode_message(b: &[u8]) -> Result<Message, WireError> {
+    decode_message_in(b, None)
+}
+
+/// Decodes a message whose bytes `b` lie inside `owner` (when given): entry data become
+/// slices of `owner` instead of copies.
+fn decode_message_in(b: &[u8], owner: Option<&Bytes>) -> Result<Message, WireError> {
     let mut r = Reader::new(b);
     let from = r.get_u64()?;
     let to = r.get_u64()?;
@@ -256,7 +263,13 @@ pub fn decode_message(b: &[u8]) -> Result<Message, WireError> {
                 return Err(WireError("entry count longer than the frame".into()));
             }
             let entries = (0..n)
-                .map(|_| get_entry(&mut r).map_err(WireError::from))
+                .map(|_| {
+                    get_entry_with(&mut r, |d| match owner {
+                        Some(o) => o.slice_ref(d),
+                        None => Bytes::copy_from_slice(d),
+                    })
+                    .map_err(WireError::from)
+                })
                 .collect::<Result<_, _>>()?;
             MessageBody::Append {
                 prev_index,
@@ -306,6 +319,17 @@ pub fn decode_message(b: &[u8]) -> Result<Message, WireError> {
 
 // ------------------------------------------------------------------ frames
 
+/// About the encoded size of `m`: its buffer is allocated once, not doubled up to a large
+/// value's size.
+fn size_hint(m: &Message) -> usize {
+    let data: usize = match &m.body {
+        MessageBody::Append { entries, .. } => entries.iter().map(|e| e.data.len() + 32).sum(),
+        MessageBody::InstallSnapshot { snapshot } => snapshot.data.len() + 256,
+        _ => 0,
+    };
+    data + 64
+}
+
 fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
     let mut w = Writer::new();
     let kind = match f {
@@ -314,7 +338,7 @@ fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
             K_HELLO
         }
         Frame::Raft(m) => {
-            let mut p = Vec::new();
+            let mut p = Vec::with_capacity(size_hint(m));
             encode_message(m, &mut p);
             return (K_RAFT, p);
         }
@@ -324,6 +348,7 @@ fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
             seq,
             command,
         } => {
+            w = Writer::with_capacity(command.len() + 32);
             w.put_u64(*req);
             w.put_u64(*client);
             w.put_u64(*seq);
@@ -374,21 +399,87 @@ pub fn encode_frames(f: &Frame, out: &mut Vec<u8>) {
         put_header(kind, &payload, out);
         return;
     }
+    for_each_chunk(kind, &payload, |head, piece| {
+        out.extend_from_slice(head);
+        out.extend_from_slice(piece);
+        Ok(())
+    })
+    .expect("writing to memory");
+}
+
+/// A message too large for one frame, encoded once, written as chunk frames by
+/// [`Large::write_to`].
+pub struct Large {
+    kind: u8,
+    payload: Vec<u8>,
+}
+
+impl Large {
+    /// Writes the chunk frames to `w`, each piece straight from the payload.
+    pub fn write_to<W: std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        for_each_chunk(self.kind, &self.payload, |head, piece| {
+            w.write_all(head)?;
+            w.write_all(piece)
+        })
+    }
+}
+
+/// Appends `f` to `out` as one frame, or, when it is larger than [`MAX_FRAME`], returns it
+/// encoded for [`Large::write_to`] (a sender writes it without copying it into a batch).
+pub fn encode_or_large(f: &Frame, out: &mut Vec<u8>) -> Option<Large> {
+    let (kind, payload) = payload_of(f);
+    if payload.len() <= MAX_FRAME {
+        put_header(kind, &payload, out);
+        return None;
+    }
+    Some(Large { kind, payload })
+}
+
+/// Calls `emit(frame header and chunk fields, piece)` for every chunk frame of a payload too
+/// large for one frame: the piece is never copied into a frame of its own.
+fn for_each_chunk(
+    kind: u8,
+    payload: &[u8],
+    mut emit: impl FnMut(&[u8], &[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     assert!(
         payload.len() <= MAX_REASSEMBLED,
         "message over the reassembly bound"
     );
     let total = payload.len() as u32;
     for (i, piece) in payload.chunks(CHUNK).enumerate() {
-        let chunk = Frame::Chunk {
-            total,
-            offset: (i * CHUNK) as u32,
-            kind,
-            bytes: piece.to_vec(),
-        };
-        let (k, p) = payload_of(&chunk);
-        put_header(k, &p, out);
+        let mut fields = Writer::with_capacity(CHUNK_FIELDS);
+        fields.put_u32(total);
+        fields.put_u32((i * CHUNK) as u32);
+        fields.put_u8(kind);
+        fields.put_u32(piece.len() as u32);
+        let fields = fields.into_inner();
+        debug_assert_eq!(fields.len(), CHUNK_FIELDS);
+        let mut head = Writer::with_capacity(HEADER_LEN + CHUNK_FIELDS);
+        head.put_u32(MAGIC);
+        head.put_u8(VERSION);
+        head.put_u8(K_CHUNK);
+        head.put_raw(&[0, 0]);
+        head.put_u32((fields.len() + piece.len()) as u32);
+        head.put_u32(crc32c_update(crc32c(&fields), piece));
+        head.put_raw(&fields);
+        emit(&head.into_inner(), piece)?;
     }
+    Ok(())
+}
+
+/// Bytes of a chunk frame's payload before its piece: total, offset, kind, piece length.
+const CHUNK_FIELDS: usize = 13;
+
+/// A chunk frame's payload without copying its piece: (total, offset, kind, piece).
+pub fn split_chunk(payload: &[u8]) -> Result<(u32, u32, u8, &[u8]), WireError> {
+    let mut r = Reader::new(payload);
+    let total = r.get_u32()?;
+    let offset = r.get_u32()?;
+    let kind = r.get_u8()?;
+    let piece = r.get_bytes(MAX_FRAME)?;
+    r.finish()?;
+    Ok((total, offset, kind, piece))
 }
 
 /// The header of a frame: its kind and payload length, checked.
@@ -477,7 +568,7 @@ impl Reassembly {
             return Err(WireError("bad chunk stream".into()));
         }
         if offset == 0 {
-            self.buf.clear();
+            self.buf = Vec::with_capacity(total);
             self.kind = kind;
             self.total = total;
         }
@@ -491,7 +582,13 @@ impl Reassembly {
         if self.buf.len() < total {
             return Ok(None);
         }
-        let payload = std::mem::take(&mut self.buf);
+        let payload = Bytes::from(std::mem::take(&mut self.buf));
+        if self.kind == K_RAFT {
+            // Entry data stay in the reassembled buffer: a 64 MiB value is not copied again.
+            return decode_message_in(&payload, Some(&payload))
+                .map(Frame::Raft)
+                .map(Some);
+        }
         decode_kind(self.kind, &payload).map(Some)
     }
 }
@@ -544,7 +641,7 @@ mod tests {
             term: 3,
             index: i,
             kind: EntryKind::Normal,
-            data: vec![i as u8; 5],
+            data: vec![i as u8; 5].into(),
         };
         roundtrip(Frame::Hello { node: 9 });
         roundtrip(msg(MessageBody::PreVote {
@@ -614,7 +711,7 @@ mod tests {
                         learners: vec![4],
                     },
                 },
-                data,
+                data: data.into(),
             },
         });
         let mut out = Vec::new();

@@ -1,6 +1,8 @@
 //! The replica transport against a peer that crashes and comes back on the same address: the
 //! first frame sent after the restart must reach the new incarnation, not vanish into the dead
-//! connection (which is what made elections after a restart take an extra round).
+//! connection (which is what made elections after a restart take an extra round). The
+//! transport opens two connections per peer (control and bulk lanes); small frames such as
+//! the `ForwardNack`s used here take the control one, a large forward the bulk one.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -54,12 +56,31 @@ fn expect_nack(s: &mut TcpStream, req: u64) {
     }
 }
 
-/// A transport (node 1) connected to a raw peer (node 2) that already received frame 1.
+/// Waits for the frame `req` on whichever of `conns` it arrives; returns that connection's
+/// position.
+fn find_nack(conns: &mut [TcpStream], req: u64) -> usize {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "frame {req} never arrived");
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            let mut h = [0u8; HEADER_LEN];
+            if c.peek(&mut h).is_ok_and(|n| n > 0) {
+                expect_nack(c, req);
+                return i;
+            }
+        }
+    }
+}
+
+/// A transport (node 1) connected to a raw peer (node 2) that already received frame 1 on its
+/// control connection.
 struct Link {
     t: Arc<Transport>,
     peer: TcpListener,
     peer_addr: SocketAddr,
     conn: TcpStream,
+    bulk: TcpStream,
     stop: Arc<AtomicBool>,
 }
 
@@ -77,14 +98,17 @@ fn link() -> Link {
         |_| true,
         stop.clone(),
     );
-    let mut conn = accept(&peer);
-    t.send(2, &nack(1));
-    expect_nack(&mut conn, 1);
+    let mut conns = [accept(&peer), accept(&peer)];
+    t.send(2, nack(1));
+    let i = find_nack(&mut conns, 1);
+    let [a, b] = conns;
+    let (conn, bulk) = if i == 0 { (a, b) } else { (b, a) };
     Link {
         t,
         peer,
         peer_addr,
         conn,
+        bulk,
         stop,
     }
 }
@@ -96,18 +120,19 @@ fn first_frame_after_a_peer_restart_reaches_the_new_incarnation() {
         peer,
         peer_addr,
         conn: first,
+        bulk,
         stop,
     } = link();
     // The peer crashes: its process's sockets close, and it starts again on the same port.
     drop(first);
+    drop(bulk);
     drop(peer);
     let peer = TcpListener::bind(peer_addr).expect("rebind the peer's port");
     // Give the close time to arrive, as a real restart would; the transport is idle meanwhile.
     std::thread::sleep(Duration::from_millis(50));
 
-    t.send(2, &nack(2));
-    let mut second = accept(&peer);
-    expect_nack(&mut second, 2);
+    t.send(2, nack(2));
+    find_nack(&mut [accept(&peer), accept(&peer)], 2);
     assert!(t.stats.closed_found.load(Ordering::Relaxed) >= 1);
     assert_eq!(t.stats.frames_dropped.load(Ordering::Relaxed), 0);
     stop.store(true, Ordering::Relaxed);
@@ -119,7 +144,7 @@ fn a_frame_sent_the_moment_the_peer_closed_is_carried_to_the_next_connection() {
     // Close and send at once: whether the idle check or the check before the write finds the
     // close, frame 2 must arrive on the next connection.
     drop(l.conn);
-    l.t.send(2, &nack(2));
+    l.t.send(2, nack(2));
     let mut second = accept(&l.peer);
     expect_nack(&mut second, 2);
     l.stop.store(true, Ordering::Relaxed);
@@ -129,7 +154,7 @@ fn a_frame_sent_the_moment_the_peer_closed_is_carried_to_the_next_connection() {
 fn frames_queued_before_a_peer_is_removed_are_still_sent() {
     let l = link();
     let t = &l.t;
-    let mut s = l.conn;
+    let (mut control, mut s) = (l.conn, l.bulk);
     // A frame larger than the socket buffers keeps the sender writing until the peer reads.
     let big = Frame::Forward {
         req: 1,
@@ -137,11 +162,11 @@ fn frames_queued_before_a_peer_is_removed_are_still_sent() {
         seq: 0,
         command: vec![7u8; 64 << 20],
     };
-    t.send(2, &big);
+    t.send(2, big.clone());
     std::thread::sleep(Duration::from_millis(100));
     // The last frame before the removal (for a removed follower: the append that carries the
     // commit index of its removal), queued while the sender is still busy.
-    t.send(2, &nack(2));
+    t.send(2, nack(2));
     t.remove_peer(2);
     let mut re = wire::Reassembly::default();
     let deadline = Instant::now() + WAIT;
@@ -162,10 +187,12 @@ fn frames_queued_before_a_peer_is_removed_are_still_sent() {
         }
     };
     assert!(matches!(first, Frame::Forward { req: 1, .. }));
-    expect_nack(&mut s, 2);
-    // Then the connection closes (end of stream, not a timeout): the removed peer is not
+    expect_nack(&mut control, 2);
+    // Then both connections close (end of stream, not a timeout): the removed peer is not
     // talked to any more.
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    assert_eq!(s.read(&mut [0u8; 1]).expect("end of stream"), 0);
+    for c in [&mut s, &mut control] {
+        c.set_read_timeout(Some(WAIT)).unwrap();
+        assert_eq!(c.read(&mut [0u8; 1]).expect("end of stream"), 0);
+    }
     l.stop.store(true, Ordering::Relaxed);
 }

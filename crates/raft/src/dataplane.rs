@@ -370,7 +370,7 @@ impl Raft {
                     term: self.term,
                     index: self.log.last_index() + 1,
                     kind: EntryKind::Normal,
-                    data: vec![],
+                    data: Bytes::new(),
                 };
                 self.log.append(&[e]);
             }

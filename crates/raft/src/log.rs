@@ -314,7 +314,7 @@ mod tests {
                 term: *t,
                 index: i as Index + 1,
                 kind: EntryKind::Normal,
-                data: vec![],
+                data: vec![].into(),
             })
             .collect()
     }
@@ -339,7 +339,7 @@ mod tests {
             term: 3,
             index: 2,
             kind: EntryKind::Normal,
-            data: vec![],
+            data: vec![].into(),
         };
         log.append(&[e]);
         assert_eq!(log.take_unstable().len(), 1);
@@ -353,7 +353,7 @@ mod tests {
                 term: 3,
                 conf: Default::default(),
             },
-            data: vec![],
+            data: vec![].into(),
         };
         log.compact(snap);
         assert_eq!(log.first_index(), 3);
@@ -374,7 +374,7 @@ mod tests {
     fn slice_respects_limits() {
         let mut es = ents(&[1, 1, 1, 1]);
         for e in &mut es {
-            e.data = vec![0; 10];
+            e.data = vec![0; 10].into();
         }
         let log = RaftLog::new(None, es);
         assert_eq!(log.slice(1, 4, 2, 1000).len(), 2);

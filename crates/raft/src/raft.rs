@@ -69,6 +69,10 @@ pub enum Proposal {
 /// Bound of the queue of messages stashed while the data plane is being disabled.
 pub const STASH_BOUND: usize = 256;
 
+/// The context of a follower's liveness-only heartbeat answer ([`Raft::keepalive_messages`]).
+/// ReadIndex contexts are 8 bytes, so this one never matches a read.
+pub const KEEPALIVE_CONTEXT: &[u8] = b"keepalive";
+
 /// One Raft replica.
 pub struct Raft {
     pub(crate) cfg: Config,
@@ -258,6 +262,11 @@ impl Raft {
             .expect("configuration history is never empty")
             .1
     }
+    /// Index of the latest snapshot (the log's compaction point; 0 if none).
+    pub fn snapshot_index(&self) -> Index {
+        self.log.snapshot_index()
+    }
+
     /// The latest snapshot, if any.
     pub fn snapshot(&self) -> Option<&Snapshot> {
         self.log.snapshot()
@@ -1177,7 +1186,7 @@ impl Raft {
             term: self.term,
             index: self.log.last_index() + 1,
             kind,
-            data,
+            data: data.into(),
         };
         let index = e.index;
         self.log.append(std::slice::from_ref(&e));
@@ -1260,6 +1269,52 @@ impl Raft {
             {
                 break;
             }
+        }
+    }
+
+    /// What this replica's host may send for it while its loop cannot tick for a while (it
+    /// applies a large value, the machine is busy), built without changing anything:
+    ///
+    /// - a leader replicating in software: the heartbeats a tick would send now, less the
+    ///   ReadIndex context. Followers get them late or more than once, as a slow network
+    ///   delivers ordinary heartbeats (the simulator's duplication and delay); they confirm no
+    ///   read.
+    /// - a follower that knows its leader: a liveness-only acknowledgement
+    ///   ([`KEEPALIVE_CONTEXT`]), which keeps the leader's check-quorum from stepping down but
+    ///   renews no lease and answers no read: the stalled loop may already be granting a vote.
+    ///
+    /// So followers keep hearing their leader, and the leader its followers, during a stall
+    /// that is not a failure.
+    pub fn keepalive_messages(&self) -> Vec<Message> {
+        let msg = |to: NodeId, body: MessageBody| Message {
+            from: self.cfg.id,
+            to,
+            term: self.term,
+            body,
+        };
+        match self.role {
+            Role::Leader if self.dp.software_replication() => {
+                let commit = self.log.committed();
+                self.prs
+                    .iter()
+                    .map(|(id, p)| {
+                        msg(
+                            *id,
+                            MessageBody::Heartbeat {
+                                commit: p.matched.min(commit),
+                                context: Vec::new(),
+                            },
+                        )
+                    })
+                    .collect()
+            }
+            Role::Follower if self.leader != 0 && self.leader != self.cfg.id => vec![msg(
+                self.leader,
+                MessageBody::HeartbeatResponse {
+                    context: KEEPALIVE_CONTEXT.to_vec(),
+                },
+            )],
+            _ => Vec::new(),
         }
     }
 
@@ -1355,6 +1410,10 @@ impl Raft {
             return;
         };
         pr.recent_active = true;
+        if context == KEEPALIVE_CONTEXT {
+            // Liveness only (see `keepalive_messages`): no lease, no read, no flow control.
+            return;
+        }
         pr.last_active_tick = Some(now);
         pr.probe_sent = false;
         if pr.state == ProgressState::Replicate && pr.inflights.full() {
@@ -1713,9 +1772,23 @@ impl Raft {
 
     // ----------------------------------------------------------------- compaction
 
+    /// What a snapshot of the state at applied `index` covers (its term and the configuration
+    /// in force there), for a host that writes the snapshot before it calls
+    /// [`Raft::compact`]; `None` if `index` is not applied or no longer in the log.
+    pub fn snapshot_meta(&self, index: Index) -> Option<SnapshotMeta> {
+        if index > self.log.applied() || index <= self.log.snapshot_index() {
+            return None;
+        }
+        Some(SnapshotMeta {
+            index,
+            term: self.log.term(index)?,
+            conf: self.conf_at(index),
+        })
+    }
+
     /// The host snapshotted its state machine at applied `index`: keep `data` as the snapshot
     /// and drop the entries it covers.
-    pub fn compact(&mut self, index: Index, data: Vec<u8>) -> Result<(), CompactError> {
+    pub fn compact(&mut self, index: Index, data: impl Into<Bytes>) -> Result<(), CompactError> {
         if index <= self.log.snapshot_index() {
             return Err(CompactError::AlreadyCompacted);
         }
@@ -1726,7 +1799,7 @@ impl Raft {
         let conf = self.conf_at(index);
         self.log.compact(Snapshot {
             meta: SnapshotMeta { index, term, conf },
-            data,
+            data: data.into(),
         });
         // Keep the configuration in force at `index` as the new base.
         let base = self

@@ -2,6 +2,8 @@
 //!
 //! This file is the API contract the simulator and the node are written against.
 
+pub use bytes::Bytes;
+
 /// A replica's identity. `0` is never a valid id ("none").
 pub type NodeId = u64;
 /// A Raft term.
@@ -27,8 +29,9 @@ pub struct Entry {
     pub index: Index,
     /// What `data` is.
     pub kind: EntryKind,
-    /// The payload.
-    pub data: Vec<u8>,
+    /// The payload: a shared buffer, so the entry is cloned for every follower, the ready
+    /// batch and the applier without copying a large value.
+    pub data: Bytes,
 }
 
 /// The state that must be persisted before messages of the same ready batch are sent.
@@ -179,8 +182,9 @@ pub struct SnapshotMeta {
 pub struct Snapshot {
     /// What the snapshot covers.
     pub meta: SnapshotMeta,
-    /// The state machine's serialized state.
-    pub data: Vec<u8>,
+    /// The state machine's serialized state: shared, so sending it to a follower that needs it
+    /// does not copy the whole state on the leader's loop.
+    pub data: Bytes,
 }
 
 /// Why a campaign is run; carried on vote requests.

@@ -243,8 +243,8 @@ fn ring_appends_and_commits_replace_software_replication() {
         assert_eq!(net.r(id).commit_index(), 2);
         assert_eq!(net.nodes[&id].applied_data(), vec![b"x".to_vec()]);
         assert_eq!(
-            net.nodes[&id].stored.last().unwrap().data,
-            b"x",
+            net.nodes[&id].stored.last().unwrap().data[..],
+            b"x"[..],
             "persisted via Ready::entries"
         );
     }
@@ -272,14 +272,14 @@ fn ring_appends_and_commits_replace_software_replication() {
         term: 2,
         index: 99,
         kind: EntryKind::Normal,
-        data: vec![],
+        data: vec![].into(),
     };
     assert!(net.rm(2).dataplane_append(bad).is_err());
     let bad = Entry {
         term: 1,
         index: net.r(2).last_index() + 1,
         kind: EntryKind::Normal,
-        data: vec![],
+        data: vec![].into(),
     };
     assert!(net.rm(2).dataplane_append(bad).is_err());
     net.rm(2).dataplane_commit(1); // never backwards

@@ -37,7 +37,7 @@ fn malformed_messages_are_rejected_and_counted() {
         term: 1,
         index: 3,
         kind: EntryKind::ConfChange,
-        data: vec![9, 9],
+        data: vec![9, 9].into(),
     };
     let cases: Vec<(Message, &str)> = vec![
         (
@@ -99,7 +99,7 @@ fn malformed_messages_are_rejected_and_counted() {
                             term: 1,
                             conf: ConfState::default(),
                         },
-                        data: vec![],
+                        data: vec![].into(),
                     },
                 },
             ),
@@ -120,7 +120,7 @@ fn malformed_messages_are_rejected_and_counted() {
                                 learners: vec![],
                             },
                         },
-                        data: vec![],
+                        data: vec![].into(),
                     },
                 },
             ),
@@ -189,7 +189,7 @@ fn malformed_messages_are_rejected_and_counted() {
                     term: 1,
                     index: 2,
                     kind: EntryKind::Normal,
-                    data: b"zz".to_vec(),
+                    data: b"zz".to_vec().into(),
                 },
             ],
             0,
@@ -337,7 +337,7 @@ fn random_messages_never_panic() {
                         term: rnd(4),
                         conf: conf(&[1, 2, 3]),
                     },
-                    data: vec![],
+                    data: vec![].into(),
                 },
             },
         };

@@ -383,7 +383,7 @@ fn lagging_follower_gets_a_snapshot() {
         .clone()
         .expect("snapshot persisted through Ready::snapshot");
     assert_eq!(
-        (snap.meta.index, snap.meta.term, snap.data.as_slice()),
+        (snap.meta.index, snap.meta.term, &snap.data[..]),
         (6, 1, &b"state@6"[..])
     );
     assert_eq!(snap.meta.conf, conf(&[1, 2, 3]));

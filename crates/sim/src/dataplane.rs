@@ -119,7 +119,7 @@ impl SimDataPlane {
                 term: out.entry_term,
                 index: out.entry_index,
                 kind: EntryKind::Normal,
-                data: payload.to_vec(),
+                data: payload.to_vec().into(),
             };
             self.ring.push_back(RingRecord::Append(e));
             if hdr.kind == fp::CLIENT_REQUEST && hdr.flags & fp::F_HEARTBEAT == 0 {

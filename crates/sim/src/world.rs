@@ -94,6 +94,8 @@ pub struct Stats {
     pub reads_checked: u64,
     /// ReadIndex requests the leader (or a non-leader) refused.
     pub reads_refused: u64,
+    /// Keepalive messages paused (busy) replicas' hosts sent for them.
+    pub keepalives: u64,
     pub final_commit: u64,
 }
 
@@ -275,6 +277,9 @@ pub struct World {
     depose: f64,
     /// Per seed: reads by leader lease instead of a ReadIndex round.
     lease_reads: bool,
+    /// Paused leaders' hosts send keepalive heartbeats (half the seeds, drawn from the seed so
+    /// the other choices keep their random sequence).
+    keepalive: bool,
     next_write: u64,
     /// Reads in flight: read id → (node, incarnation, the read floor when it began).
     reads: HashMap<u64, (NodeId, u64, Index)>,
@@ -323,6 +328,7 @@ impl World {
             phase_us: (80_000, 300_000),
             depose: 0.0,
             lease_reads: false,
+            keepalive: false,
             next_write: 1,
             reads: HashMap::new(),
             next_read: 1,
@@ -344,6 +350,7 @@ impl World {
         }
         w.depose = [0.0, 0.3, 0.6][w.rng.range(0, 3) as usize];
         w.lease_reads = w.rng.chance(0.5);
+        w.keepalive = (seed >> 1) & 1 == 1;
         let voters = w.initial_voters.clone();
         for id in voters.clone() {
             let conf = ConfState {
@@ -368,7 +375,11 @@ impl World {
             max_bytes_per_msg: 64 * 1024,
             max_inflight_msgs: 16,
             // Half the seeds with a byte window of a few entries, so it binds.
-            max_inflight_bytes: if self.seed.is_multiple_of(2) { 200 } else { 1 << 20 },
+            max_inflight_bytes: if self.seed.is_multiple_of(2) {
+                200
+            } else {
+                1 << 20
+            },
             pre_vote: true,
             check_quorum: true,
             seed: self.seed,
@@ -479,6 +490,16 @@ impl World {
                 if !n.paused {
                     n.raft.as_mut().unwrap().tick();
                     self.drive(id);
+                } else if self.keepalive {
+                    // A paused replica is a busy loop: its host's keepalive thread still sends
+                    // what the core allows (a leader's heartbeats, a follower's liveness-only
+                    // answer), which arrive late, duplicated or not at all.
+                    let msgs = n.raft.as_ref().unwrap().keepalive_messages();
+                    self.stats.keepalives += msgs.len() as u64;
+                    for m in msgs {
+                        let to = m.to;
+                        self.send(id, to, Packet::Raft(m));
+                    }
                 }
                 self.schedule(TICK_US, Ev::Tick(id, inc));
             }
@@ -670,7 +691,7 @@ impl World {
                             term: hdr.term,
                             index: hdr.index + 1,
                             kind: EntryKind::Normal,
-                            data: payload,
+                            data: payload.into(),
                         }],
                         // Raft's follower takes min(leader commit, last new entry); a
                         // retransmitted append may carry a commit beyond its one entry.
@@ -752,7 +773,7 @@ impl World {
         }
         self.stats.retransmissions += out.len() as u64;
         for (h, p) in out {
-            self.send(id, to, Packet::Fast(h, p));
+            self.send(id, to, Packet::Fast(h, p.to_vec()));
         }
     }
 

@@ -8,7 +8,7 @@ fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
         term,
         index,
         kind: EntryKind::Normal,
-        data: data.to_vec(),
+        data: data.to_vec().into(),
     }
 }
 

@@ -21,7 +21,9 @@
 //! `decode_*` refuses trailing bytes.
 
 use std::fmt;
-use waverunner_raft::{ConfState, Entry, EntryKind, HardState, NodeId, Snapshot, SnapshotMeta};
+use waverunner_raft::{
+    Bytes, ConfState, Entry, EntryKind, HardState, NodeId, Snapshot, SnapshotMeta,
+};
 
 /// Largest `data` of an [`Entry`] that [`get_entry`] accepts: a value of Redis's 512 MiB
 /// limit plus 1 MiB for its key, the command and the envelope.
@@ -295,6 +297,15 @@ pub fn put_entry(w: &mut Writer, e: &Entry) {
 
 /// Reads an [`Entry`] whose data is at most [`MAX_ENTRY_DATA`] bytes.
 pub fn get_entry(r: &mut Reader<'_>) -> Result<Entry, CodecError> {
+    get_entry_with(r, Bytes::copy_from_slice)
+}
+
+/// Reads an [`Entry`] like [`get_entry`], its data made by `data` from the bytes in the input
+/// (a slice of a shared buffer the input lives in, to decode a large value without a copy).
+pub fn get_entry_with(
+    r: &mut Reader<'_>,
+    data: impl FnOnce(&[u8]) -> Bytes,
+) -> Result<Entry, CodecError> {
     let index = r.get_u64()?;
     let term = r.get_u64()?;
     let kind = match r.get_u8()? {
@@ -307,7 +318,7 @@ pub fn get_entry(r: &mut Reader<'_>) -> Result<Entry, CodecError> {
             })
         }
     };
-    let data = r.get_bytes(MAX_ENTRY_DATA)?.to_vec();
+    let data = data(r.get_bytes(MAX_ENTRY_DATA)?);
     Ok(Entry {
         term,
         index,
@@ -405,7 +416,10 @@ pub fn put_snapshot(w: &mut Writer, s: &Snapshot) {
 pub fn get_snapshot(r: &mut Reader<'_>) -> Result<Snapshot, CodecError> {
     let meta = get_snapshot_meta(r)?;
     let data = r.get_bytes(MAX_SNAPSHOT_DATA)?.to_vec();
-    Ok(Snapshot { meta, data })
+    Ok(Snapshot {
+        meta,
+        data: data.into(),
+    })
 }
 
 /// Encodes a [`Snapshot`] into a buffer of its own (see [`put_snapshot`]).
@@ -452,7 +466,7 @@ mod tests {
             term,
             index,
             kind,
-            data: data.to_vec(),
+            data: data.to_vec().into(),
         }
     }
 
@@ -466,7 +480,7 @@ mod tests {
                     learners: vec![9],
                 },
             },
-            data: b"state machine bytes".to_vec(),
+            data: b"state machine bytes".to_vec().into(),
         }
     }
 

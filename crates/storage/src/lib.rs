@@ -61,7 +61,9 @@ use hardstate::{HardStateFile, Persisted};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use wal::Wal;
-use waverunner_raft::{Bootstrap, ConfState, Entry, HardState, Index, Snapshot, Term};
+use waverunner_raft::{
+    Bootstrap, ConfState, Entry, HardState, Index, Snapshot, SnapshotMeta, Term,
+};
 
 /// Name of the WAL directory inside the data directory.
 const WAL_DIR: &str = "wal";
@@ -170,6 +172,27 @@ impl Terms {
             .min(self.terms.len() as Index);
         self.terms.drain(..n as usize);
         self.first = self.first.max(i + 1);
+    }
+}
+
+/// Writes snapshot files for a [`Storage`] from another thread (see
+/// [`Storage::snapshot_files`]).
+#[derive(Clone, Debug)]
+pub struct SnapshotFiles {
+    dir: PathBuf,
+    durability: Durability,
+}
+
+impl SnapshotFiles {
+    /// Durably replaces the snapshot file with `snap` (nothing in `memory` durability). The
+    /// owner then calls [`Storage::snapshot_written`]; a crash in between leaves a snapshot
+    /// newer than the log's start, which recovery handles.
+    pub fn write(&self, snap: &Snapshot) -> Result<(), StorageError> {
+        if self.durability != Durability::Fsync {
+            return Ok(());
+        }
+        let mut stats = StorageStats::default();
+        snapshot::save(&self.dir, snap, &mut stats)
     }
 }
 
@@ -487,6 +510,33 @@ impl Storage {
         self.poison_on_error(r)
     }
 
+    /// What a thread other than the owner's needs to write a snapshot file
+    /// ([`SnapshotFiles::write`]) while the owner goes on appending.
+    pub fn snapshot_files(&self) -> SnapshotFiles {
+        SnapshotFiles {
+            dir: self.dir.clone(),
+            durability: self.durability,
+        }
+    }
+
+    /// Records a snapshot that [`SnapshotFiles::write`] already made durable (in `fsync`
+    /// durability; in `memory` there is no file) and compacts the log it covers, as
+    /// [`Storage::save_snapshot`] does after writing the file itself.
+    ///
+    /// # Panics
+    /// If the snapshot is older than the last one saved.
+    pub fn snapshot_written(&mut self, meta: &SnapshotMeta) -> Result<(), StorageError> {
+        self.check()?;
+        assert!(
+            meta.index >= self.snap.0,
+            "snapshot at index {} is older than the saved one at {}",
+            meta.index,
+            self.snap.0
+        );
+        let r = self.adopt_snapshot(meta.index, meta.term);
+        self.poison_on_error(r)
+    }
+
     fn save_snapshot_inner(&mut self, snap: &Snapshot) -> Result<(), StorageError> {
         let (s, t) = (snap.meta.index, snap.meta.term);
         if self.durability == Durability::Fsync {
@@ -494,6 +544,10 @@ impl Storage {
             // recovery finishes the job (`Wal::recover`).
             snapshot::save(&self.dir, snap, &mut self.stats)?;
         }
+        self.adopt_snapshot(s, t)
+    }
+
+    fn adopt_snapshot(&mut self, s: Index, t: Term) -> Result<(), StorageError> {
         let contains = if s == self.snap.0 {
             t == self.snap.1
         } else {

@@ -250,7 +250,7 @@ mod tests {
                     term: 1,
                     index: i,
                     kind: EntryKind::Normal,
-                    data: vec![i as u8; 40],
+                    data: vec![i as u8; 40].into(),
                 },
             );
             data = w.into_inner();

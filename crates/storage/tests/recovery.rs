@@ -240,7 +240,7 @@ fn too_large_entries_are_refused_without_harm() {
     let (mut s, _) = open(t.path(), Durability::Fsync);
     s.append(&ents(1, 2, 1)).unwrap();
     let mut big = ent(3, 1);
-    big.data = vec![0; codec::MAX_ENTRY_DATA + 1];
+    big.data = vec![0; codec::MAX_ENTRY_DATA + 1].into();
     let e = s.append(&[big]).unwrap_err();
     assert!(matches!(e, StorageError::TooLarge { .. }), "{e}");
     assert!(e.to_string().contains("nothing was written"));

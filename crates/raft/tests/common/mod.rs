@@ -61,7 +61,7 @@ pub fn entry(term: Term, index: Index) -> Entry {
         term,
         index,
         kind: EntryKind::Normal,
-        data: vec![],
+        data: vec![].into(),
     }
 }
 
@@ -134,7 +134,7 @@ impl Node {
         self.applied
             .iter()
             .filter(|e| !e.data.is_empty() && e.kind == EntryKind::Normal)
-            .map(|e| e.data.clone())
+            .map(|e| e.data.to_vec())
             .collect()
     }
 }
@@ -381,7 +381,7 @@ impl Net {
                 term,
                 index,
                 kind: EntryKind::Normal,
-                data,
+                data: data.into(),
             };
             self.rm(leader).dataplane_append(e.clone()).unwrap();
             let mut holders = vec![leader];

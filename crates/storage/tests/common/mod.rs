@@ -54,7 +54,7 @@ pub fn ent(index: u64, term: u64) -> Entry {
         term,
         index,
         kind: EntryKind::Normal,
-        data,
+        data: data.into(),
     }
 }
 
@@ -70,7 +70,7 @@ pub fn snap(index: u64, term: u64) -> Snapshot {
             term,
             conf: conf(),
         },
-        data: format!("state at {index}").into_bytes(),
+        data: format!("state at {index}").into_bytes().into(),
     }
 }
 
