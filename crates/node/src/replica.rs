@@ -228,6 +228,8 @@ struct SnapJob {
     index: u64,
     started: Instant,
     rx: Receiver<Result<Snapshot, String>>,
+    /// `POST /snapshot` requests made before it started: this snapshot answers them.
+    waiters: Vec<AdminReply>,
 }
 
 /// What the replica loop leaves for the keepalive thread ([`run_keepalive`]): the messages
@@ -465,7 +467,7 @@ pub struct Replica<S: StateMachine> {
     snap_bytes: u64,
     /// Writes snapshot files off the loop.
     snap_files: waverunner_storage::SnapshotFiles,
-    /// `POST /snapshot` requests waiting for the next snapshot.
+    /// `POST /snapshot` requests waiting for the next snapshot to start.
     snap_waiters: Vec<AdminReply>,
     /// The last snapshot taken, for `/status`.
     snap_status: crate::metrics::SnapshotStatus,
@@ -1499,6 +1501,7 @@ impl<S: StateMachine> Replica<S> {
             index: applied,
             started: Instant::now(),
             rx,
+            waiters: std::mem::take(&mut self.snap_waiters),
         });
         Ok(())
     }
@@ -1521,7 +1524,7 @@ impl<S: StateMachine> Replica<S> {
             Err(e) => {
                 tracing::error!("snapshot at index {} failed: {e}", job.index);
                 self.counters.snapshot_failures += 1;
-                for w in self.snap_waiters.drain(..) {
+                for w in job.waiters {
                     w(Err(AdminError::Retry(format!("snapshot failed: {e}"))));
                 }
                 return Ok(());
@@ -1549,7 +1552,7 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
-        for w in self.snap_waiters.drain(..) {
+        for w in job.waiters {
             w(Ok(index));
         }
         Ok(())

@@ -57,6 +57,8 @@ pub struct Opts {
     pub max_connections: Option<u64>,
     /// `--dataplane` (`off`, `udp`; `xdp` needs a namespace, not this loopback harness).
     pub dataplane: Option<&'static str>,
+    /// `--maxmemory` in bytes.
+    pub maxmemory: Option<u64>,
 }
 
 impl Default for Opts {
@@ -69,6 +71,7 @@ impl Default for Opts {
             request_timeout_ms: None,
             max_connections: None,
             dataplane: None,
+            maxmemory: None,
         }
     }
 }
@@ -222,12 +225,23 @@ fn pick_ports(count: u16) -> u16 {
 
 /// A GET over HTTP/1.0: status code and body.
 pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+    http(addr, &format!("GET {path} HTTP/1.0\r\n\r\n"), timeout)
+}
+
+/// A POST without a body over HTTP/1.0: status code and body (panics on a transport error).
+#[allow(dead_code)] // not every test file posts
+pub fn http_post(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, String) {
+    let req = format!("POST {path} HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    http(addr, &req, timeout).unwrap_or_else(|e| panic!("POST {path} at {addr}: {e}"))
+}
+
+fn http(addr: SocketAddr, request: &str, timeout: Duration) -> Result<(u16, String), String> {
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+    s.write_all(request.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).map_err(|e| format!("read: {e}"))?;
@@ -364,6 +378,7 @@ impl Cluster {
             ("--max-value-bytes", self.opts.max_value_bytes),
             ("--request-timeout-ms", self.opts.request_timeout_ms),
             ("--max-connections", self.opts.max_connections),
+            ("--maxmemory", self.opts.maxmemory),
         ] {
             if let Some(v) = v {
                 a.push(flag.into());
