@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Seeds per (nodes, durability) configuration that `make test` simulates.
 SIM_SEEDS ?= 1..501
 
-.PHONY: run test deps build lint unit sim-test soak
+.PHONY: run test deps build lint unit sim-test soak bench-scale
 
 deps:
 	@scripts/install-deps.sh
@@ -37,3 +37,11 @@ test: lint unit sim-test
 soak: build
 	for n in 3 5; do for d in memory fsync; do \
 	  target/release/waverunner sim --seeds 1..50000 --nodes $$n --durability $$d || exit 1; done; done
+
+## Millions of keys in a local cluster against redis-server: load rate, memory per key, idle
+## CPU, elections, write latency during a snapshot, snapshot and catch-up speed
+## (docs/bench.md). Takes an hour or more at the default sizes; not part of `make test`.
+## Choose with BENCH_SCALE_ARGS, e.g. BENCH_SCALE_ARGS="--keys 1M --idle-secs 30".
+BENCH_SCALE_ARGS ?=
+bench-scale: build
+	target/release/waverunner bench scale $(BENCH_SCALE_ARGS)

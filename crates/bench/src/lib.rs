@@ -13,12 +13,15 @@
 //! - [`stats`]: quantiles of raw samples and of log-linear latency histograms;
 //! - [`cpu`]: CPU time from `/proc/stat` and `/proc/<pid>/stat`;
 //! - [`sweep`]: the offered rates and the rule that ends the sweep;
-//! - [`report`]: the rows, the tables and the verdict against DESIGN §6.
+//! - [`report`]: the rows, the tables and the verdict against DESIGN §6;
+//! - [`scale`]: `waverunner bench scale` without the cluster: the RESP loader and writer,
+//!   memory from procfs and Redis, the table and its targets.
 
 pub mod cpu;
 pub mod fanout;
 pub mod floor;
 pub mod netns;
 pub mod report;
+pub mod scale;
 pub mod stats;
 pub mod sweep;

@@ -13,7 +13,12 @@
 //! Every run is bounded: a rate runs at most `--duration-ms` (and at most 1 M requests), the
 //! floor at most 20 000 round trips and 10 s per echo. Clusters and namespaces are removed on
 //! success, error and panic (drop guards).
+//!
+//! `waverunner bench fanout` is `waverunner_bench::fanout`; `waverunner bench scale` (millions
+//! of keys against redis-server) is the last part of this file.
 
+use std::cell::Cell;
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -22,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use waverunner_bench::floor::{self, Floor, FloorOptions};
 use waverunner_bench::report::{self, ModeResult, Outcome, Row};
+use waverunner_bench::scale::{self, Counts, Disruption, SizeResult, Snapshot};
 use waverunner_bench::{cpu, netns, stats, sweep};
 use waverunner_client::load::{open_loop, Workload};
 use waverunner_kv::{Cond, Expiry, Op};
@@ -44,6 +50,33 @@ enum BenchWhat {
     /// Fan-out from XDP to every follower: multicast + XDP_TX, devmap BPF_F_BROADCAST, TC
     /// bpf_clone_redirect, side by side (docs/fanout.md). Needs root.
     Fanout(FanoutArgs),
+    /// Millions of keys in a loopback cluster against redis-server: load rate, memory per
+    /// key, idle CPU, elections, write latency during a snapshot, snapshot and catch-up
+    /// speed (docs/bench.md).
+    Scale(ScaleArgs),
+}
+
+/// Options of `waverunner bench scale`.
+#[derive(clap::Args)]
+struct ScaleArgs {
+    /// Key counts to run, in this order (comma-separated; `k` = ×1000, `M` = ×1 000 000).
+    #[arg(long, default_value = scale::DEFAULT_KEYS)]
+    keys: String,
+    /// Length of the idle window, in seconds.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    idle_secs: u64,
+    /// Length of the write-latency measurement outside a snapshot, in seconds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    latency_secs: u64,
+    /// Loader connections, each pipelining 256 SETs per write (the same for Redis).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    connections: u64,
+    /// Also write the report (Markdown) to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Cluster directory [default: <temp dir>/waverunner-bench-scale]; Redis runs in DIR-redis.
+    #[arg(long)]
+    dir: Option<PathBuf>,
 }
 
 /// Options of `waverunner bench fanout` (see `waverunner_bench::fanout`).
@@ -112,6 +145,13 @@ pub fn run(a: BenchArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("waverunner bench replication: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        BenchWhat::Scale(s) => match scale_bench(&s) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("waverunner bench scale: {e}");
                 ExitCode::FAILURE
             }
         },
@@ -570,6 +610,753 @@ fn measure_rate(
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// bench scale
+// ---------------------------------------------------------------------------------------------
+//
+// Per size of `--keys`: a fresh loopback cluster (`waverunner up … --durability memory`, run as
+// a child process of this same binary) and a fresh redis-server; both loaded with the same
+// keys; then memory, an idle window, write latency outside and during an on-demand snapshot
+// (`POST /snapshot` on the leader), and a wiped follower catching up. Everything is torn down
+// before the next size, also on failure (drop guards).
+
+/// How long the leader may take to answer `POST /snapshot` (it answers once on disk).
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
+/// The closed-loop writer runs this long before the snapshot is requested.
+const SNAPSHOT_LEAD: Duration = Duration::from_millis(200);
+
+fn scale_bench(a: &ScaleArgs) -> Result<(), String> {
+    let sizes = scale::parse_keys(&a.keys)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the waverunner executable: {e}"))?;
+    let dir = std::path::absolute(
+        a.dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("waverunner-bench-scale")),
+    )
+    .map_err(|e| format!("bad --dir: {e}"))?;
+    let started = Instant::now();
+    let redis = redis_binary();
+    let command = std::iter::once("waverunner".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let head = scale_setup(&command, a, &redis);
+    println!("# waverunner bench scale\n\n{head}");
+    let mut results = Vec::new();
+    for &n in &sizes {
+        eprintln!("bench scale: {n} keys …");
+        let mut r = SizeResult {
+            keys: n,
+            ..SizeResult::default()
+        };
+        if let Err(e) = measure_size(&mut r, a, &exe, &dir, redis.as_ref().ok()) {
+            eprintln!("bench scale: {n} keys: {e}");
+            r.notes.push(format!("stopped: {e}"));
+        }
+        println!("{}", scale::render_detail(&r));
+        results.push(r);
+    }
+    let table = scale::render(&results);
+    println!("## Results\n\n{table}");
+    if let Some(out) = &a.out {
+        let mut text = format!(
+            "{head}\n(the whole run took {:.0} s)\n\n",
+            started.elapsed().as_secs_f64()
+        );
+        for r in &results {
+            text.push_str(&scale::render_detail(r));
+            text.push('\n');
+        }
+        text.push_str(&table);
+        std::fs::write(out, &text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        eprintln!("bench scale: report written to {}", out.display());
+    }
+    Ok(())
+}
+
+/// What ran: the command, the workload, the machine.
+fn scale_setup(command: &str, a: &ScaleArgs, redis: &Result<PathBuf, String>) -> String {
+    let first = |path: &str, n: usize| {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(n)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .nth(1)
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or("?".into(), |kb| format!("{:.1}", kb as f64 / 1_048_576.0));
+    let redis = match redis {
+        Ok(bin) => std::process::Command::new(bin)
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| bin.display().to_string()),
+        Err(e) => format!("skipped ({e})"),
+    };
+    format!(
+        "command: `{command}`\n\nper size: a 3-replica loopback cluster (`waverunner up --nodes 3 \
+         --dataplane off --durability memory --netns off`) and redis-server (`--save '' \
+         --appendonly no`), each loaded with SET `key:NNNNNNNNNNNN` of {}-byte values, {} SETs \
+         per write over {} connection(s), to the leader's Redis port; idle {} s; closed-loop \
+         writes for {} s outside a snapshot and during one (`POST /snapshot` on the leader); \
+         then one follower is stopped, its data directory wiped but for its term and vote, and it \
+         is restarted.\n\n\
+         Redis: {redis}. Machine: {} CPUs, {mem} GiB, kernel {}, load average {} when this was \
+         printed.\n",
+        scale::VALUE_BYTES,
+        scale::PIPELINE,
+        a.connections,
+        a.idle_secs,
+        a.latency_secs,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        first("/proc/sys/kernel/osrelease", 1),
+        first("/proc/loadavg", 3),
+    )
+}
+
+/// `redis-server` from `PATH`; installed with apt when missing and we are root; else why not.
+fn redis_binary() -> Result<PathBuf, String> {
+    let find = || {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
+            .map(|d| d.join("redis-server"))
+            .find(|p| p.is_file())
+    };
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    if !netns::is_root() {
+        let why =
+            "redis-server is not installed and we are not root (apt-get install redis-server)";
+        eprintln!("bench scale: Redis is skipped: {why}");
+        return Err(why.into());
+    }
+    eprintln!("bench scale: redis-server is missing: apt-get install -y redis-server …");
+    let install = || {
+        std::process::Command::new("apt-get")
+            .args(["install", "-y", "redis-server"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+    };
+    let mut out = install();
+    if !out.as_ref().is_ok_and(|o| o.status.success()) {
+        // A fresh machine may have no package lists yet.
+        let _ = std::process::Command::new("apt-get")
+            .arg("update")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output();
+        out = install();
+    }
+    match (out, find()) {
+        (_, Some(p)) => Ok(p),
+        (Ok(o), None) => {
+            let text = String::from_utf8_lossy(&o.stderr);
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            let why = format!(
+                "apt-get install redis-server failed ({}): {}",
+                o.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            );
+            eprintln!("bench scale: Redis is skipped: {why}");
+            Err(why)
+        }
+        (Err(e), None) => {
+            let why = format!("cannot run apt-get: {e}");
+            eprintln!("bench scale: Redis is skipped: {why}");
+            Err(why)
+        }
+    }
+}
+
+/// A redis-server we started on a loopback port, without persistence; stopped (SIGTERM, then
+/// SIGKILL) and its directory removed when dropped.
+struct RedisServer {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    fn start(bin: &std::path::Path, dir: &std::path::Path) -> Result<RedisServer, String> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("no free loopback port: {e}"))?
+            .port();
+        let log_path = dir.join("redis.log");
+        let log = File::create(&log_path)
+            .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let child = std::process::Command::new(bin)
+            .arg("--port")
+            .arg(port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no", "--dir"])
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let mut s = RedisServer {
+            child,
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            dir: dir.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(format!("redis-server exited at start ({status}): {log}"));
+            }
+            let ping = scale::Resp::connect(s.addr).and_then(|mut c| c.call(&[b"PING"]));
+            if matches!(ping, Ok(scale::Reply::Status(ref p)) if p == "PONG") {
+                return Ok(s);
+            }
+            if Instant::now() >= deadline {
+                s.stop();
+                return Err(format!("redis-server on {} does not answer PING", s.addr));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn used_memory(&self) -> Result<u64, String> {
+        match scale::Resp::connect(self.addr)?.call(&[b"INFO", b"memory"])? {
+            scale::Reply::Bulk(Some(b)) => scale::parse_used_memory(&String::from_utf8_lossy(&b)),
+            other => Err(format!("INFO memory answered {other:?}")),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill on our own unreaped child, whose pid cannot have been reused.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while let Ok(None) = self.child.try_wait() {
+                if Instant::now() >= deadline {
+                    let _ = self.child.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `waverunner ARGS` (this binary) and passes its output on; fails with its output.
+fn run_self(exe: &std::path::Path, args: &[&OsStr]) -> Result<(), String> {
+    let what = args
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run `waverunner {what}`: {e}"))?;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        eprintln!("bench scale: {l}");
+    }
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`waverunner {what}` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A base port whose loopback ports are all free: the default one if it is, else one in
+/// 20000..32000 (another cluster may hold the default).
+fn free_base_port(replicas: u16) -> Result<u16, String> {
+    let free = |base: u16| {
+        (1..=replicas).all(|i| {
+            (0..5u16).all(|k| {
+                let p = base + 100 * k + i;
+                std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+                    && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()
+            })
+        })
+    };
+    if free(cluster::DEFAULT_BASE_PORT) {
+        return Ok(cluster::DEFAULT_BASE_PORT);
+    }
+    let mut x = u64::from(std::process::id()) ^ started_nanos();
+    for _ in 0..200 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let base = 20_000 + ((x >> 33) % 11_500) as u16;
+        if free(base) {
+            return Ok(base);
+        }
+    }
+    Err("no free loopback port range for the cluster in 20000..32000".into())
+}
+
+fn started_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Every answering replica's `/status`: the typed view and the whole document.
+fn statuses(cf: &ClusterFile) -> Vec<(u64, StatusView, serde_json::Value)> {
+    cf.nodes
+        .iter()
+        .filter_map(|n| {
+            cluster::fetch_status(n.addresses.admin, STATUS_TIMEOUT)
+                .ok()
+                .map(|(v, j)| (n.id, v, j))
+        })
+        .collect()
+}
+
+fn counts_of(v: &StatusView) -> Counts {
+    Counts {
+        term: v.term,
+        elections: v.counters.elections,
+        handoffs: v.fastpath.disables.values().sum(),
+        snapshots: v.counters.snapshots_taken,
+    }
+}
+
+/// The counters a disruption moves, of every answering replica.
+fn counts(cf: &ClusterFile) -> Vec<(u64, Counts)> {
+    statuses(cf)
+        .iter()
+        .map(|(id, v, _)| (*id, counts_of(v)))
+        .collect()
+}
+
+/// The leader's `used_memory` (its state as it accounts it), if its `/status` has one.
+fn leader_used_memory(cf: &ClusterFile, leader: u64) -> Option<u64> {
+    let admin = cf.node(leader)?.addresses.admin;
+    let (_, j) = cluster::fetch_status(admin, STATUS_TIMEOUT).ok()?;
+    j.get("used_memory")?.as_u64()
+}
+
+/// `snapshot.last_bytes` of a `/status` document (absent before the replica reports it).
+fn last_snapshot_bytes(status: &serde_json::Value) -> Option<u64> {
+    status
+        .get("snapshot")?
+        .get("last_bytes")?
+        .as_u64()
+        .filter(|&b| b > 0)
+}
+
+/// What `POST /snapshot` answered: 404 means this build has no such endpoint.
+fn parse_snapshot_answer(code: u16, body: &str) -> Snapshot {
+    match code {
+        404 => Snapshot::NotAvailable,
+        200 => {
+            let v: serde_json::Value = match serde_json::from_str(body) {
+                Ok(v) => v,
+                Err(e) => return Snapshot::Failed(format!("200 without JSON ({e}): {body}")),
+            };
+            let field = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+            match (field("index"), field("bytes"), field("duration_ms")) {
+                (Some(index), Some(bytes), Some(duration_ms)) => Snapshot::Taken {
+                    index,
+                    bytes,
+                    duration_ms,
+                },
+                _ => Snapshot::Failed(format!(
+                    "200 without index, bytes and duration_ms: {}",
+                    body.trim()
+                )),
+            }
+        }
+        _ => Snapshot::Failed(format!("answered {code}: {}", body.trim())),
+    }
+}
+
+/// Prints a progress line about once a second while `n` keys load into `what`.
+fn progress(what: &'static str, n: u64) -> impl FnMut(u64, Duration) {
+    let mut last = (0u64, Duration::ZERO);
+    move |loaded, elapsed| {
+        let dt = (elapsed - last.1).as_secs_f64().max(1e-3);
+        eprintln!(
+            "bench scale: {what}: {loaded}/{n} keys ({:.0}%), {:.0} keys/s (last {dt:.1} s: {:.0} keys/s)",
+            loaded as f64 * 100.0 / n.max(1) as f64,
+            loaded as f64 / elapsed.as_secs_f64().max(1e-3),
+            (loaded - last.0) as f64 / dt
+        );
+        last = (loaded, elapsed);
+    }
+}
+
+/// Waits until every replica has applied what the leader had committed; says how far each
+/// got if they do not within `timeout`.
+fn wait_applied(cf: &ClusterFile, leader: u64, timeout: Duration) -> Result<(), String> {
+    let admin = cf
+        .node(leader)
+        .ok_or("the leader is not in the cluster file")?
+        .addresses
+        .admin;
+    let target = cluster::fetch_status(admin, STATUS_TIMEOUT)?.0.commit_index;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = statuses(cf);
+        if s.len() == cf.nodes.len() && s.iter().all(|(_, v, _)| v.applied_index >= target) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "not every replica applied index {target} within {:.0} s: {}",
+                timeout.as_secs_f64(),
+                s.iter()
+                    .map(|(id, v, _)| format!("n{id} {}", v.applied_index))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn rate(n: u64, took: Duration) -> f64 {
+    n as f64 / took.as_secs_f64().max(1e-6)
+}
+
+/// One size, step by step into `r`; an error ends the size (what was measured stays in `r`).
+fn measure_size(
+    r: &mut SizeResult,
+    a: &ScaleArgs,
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    redis_bin: Option<&PathBuf>,
+) -> Result<(), String> {
+    let n = r.keys;
+    let conns = a.connections as usize;
+    let _lock = cluster_lock()?;
+    // A cluster an interrupted run left here.
+    cluster::down(dir).map_err(|e| format!("removing an old cluster in {}: {e}", dir.display()))?;
+    let base = free_base_port(3)?.to_string();
+    let _down = Down(dir.to_path_buf());
+    let up = [
+        "up",
+        "--nodes",
+        "3",
+        "--dataplane",
+        "off",
+        "--durability",
+        "memory",
+        "--netns",
+        "off",
+        "--base-port",
+        &base,
+        "--dir",
+    ];
+    let args: Vec<&OsStr> = up.iter().map(OsStr::new).chain([dir.as_os_str()]).collect();
+    run_self(exe, &args)?;
+    let cf = cluster::load(dir)?;
+    let rss0: Vec<(u64, u32, u64)> = cf
+        .nodes
+        .iter()
+        .map(|n| Ok((n.id, n.pid, scale::rss(n.pid)?)))
+        .collect::<Result<_, String>>()?;
+    let mut redis_dir = dir.as_os_str().to_owned();
+    redis_dir.push("-redis");
+    let mut redis = match redis_bin {
+        Some(bin) => match RedisServer::start(bin, std::path::Path::new(&redis_dir)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                r.notes.push(format!("Redis skipped: {e}"));
+                None
+            }
+        },
+        None => {
+            r.notes
+                .push("Redis skipped: redis-server is not installed".into());
+            None
+        }
+    };
+    let redis0 = match &redis {
+        Some(s) => Some((scale::rss(s.pid())?, s.used_memory()?)),
+        None => None,
+    };
+
+    // Load the cluster, then Redis.
+    let leader = cluster::wait_for_leader(&cf, Duration::from_secs(10))?;
+    let target = cf
+        .node(leader)
+        .ok_or("the leader is not in the cluster file")?
+        .addresses
+        .redis;
+    eprintln!("bench scale: loading {n} keys into the leader n{leader} ({target}) …");
+    let c0 = counts(&cf);
+    let used0 = leader_used_memory(&cf, leader);
+    let took = scale::load(target, n, conns, &mut progress("waverunner", n))?;
+    r.wr_load = Some(rate(n, took));
+    if let Err(e) = wait_applied(
+        &cf,
+        leader,
+        Duration::from_secs(60) + Duration::from_millis(n / 20),
+    ) {
+        r.notes.push(e);
+    }
+    r.during_load = Some(Disruption::between(&c0, &counts(&cf)));
+    if let (Some(before), Some(after)) = (used0, leader_used_memory(&cf, leader)) {
+        r.wr_used_per_key = Some(scale::per_key(before, after, n));
+    }
+    for &(id, pid, before) in &rss0 {
+        r.wr_rss_per_key
+            .push((id, scale::per_key(before, scale::rss(pid)?, n)));
+    }
+    if let (Some(s), Some((rss_before, used_before))) = (&redis, redis0) {
+        eprintln!(
+            "bench scale: loading {n} keys into redis-server ({}) …",
+            s.addr
+        );
+        match scale::load(s.addr, n, conns, &mut progress("redis", n)) {
+            Ok(took) => {
+                r.redis_load = Some(rate(n, took));
+                r.redis_rss_per_key = Some(scale::per_key(rss_before, scale::rss(s.pid())?, n));
+                r.redis_used_per_key = Some(scale::per_key(used_before, s.used_memory()?, n));
+            }
+            Err(e) => r.notes.push(format!("Redis load failed: {e}")),
+        }
+    }
+    // Redis is done: stop it so that it takes no memory or CPU from the replicas.
+    redis.take();
+
+    // Idle.
+    eprintln!("bench scale: idle for {} s …", a.idle_secs);
+    let window = Duration::from_secs(a.idle_secs);
+    let c0 = counts(&cf);
+    let t0: Vec<(u64, u32, u64)> = cf
+        .nodes
+        .iter()
+        .map(|n| Ok((n.id, n.pid, cpu::process(n.pid)?)))
+        .collect::<Result<_, String>>()?;
+    let start = Instant::now();
+    std::thread::sleep(window);
+    for &(id, pid, before) in &t0 {
+        let ticks = cpu::process(pid)?.saturating_sub(before);
+        r.idle_cpu.push((
+            id,
+            scale::cpu_pct(ticks, cpu::ticks_per_second(), start.elapsed()),
+        ));
+    }
+    r.during_idle = Some(Disruption::between(&c0, &counts(&cf)));
+
+    // Write latency outside a snapshot.
+    let leader = cluster::wait_for_leader(&cf, Duration::from_secs(10))?;
+    let node = cf
+        .node(leader)
+        .ok_or("the leader is not in the cluster file")?;
+    let (target, admin) = (node.addresses.redis, node.addresses.admin);
+    eprintln!("bench scale: closed-loop writes for {} s …", a.latency_secs);
+    let c0 = counts(&cf);
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let samples = scale::closed_loop(
+        target,
+        n,
+        Instant::now(),
+        &never,
+        Duration::from_secs(a.latency_secs),
+    )?;
+    let mut ns: Vec<u64> = samples.iter().map(|s| s.ns).collect();
+    r.outside = stats::quantiles(&mut ns);
+    let d = Disruption::between(&c0, &counts(&cf));
+    if d.snapshots > 0 {
+        r.notes.push(format!(
+            "{} automatic snapshot(s) (snapshot_entries) during the writes outside a snapshot",
+            d.snapshots
+        ));
+    }
+
+    // Write latency during a snapshot.
+    eprintln!("bench scale: POST /snapshot to the leader n{leader} with writes running …");
+    let c0 = counts(&cf);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let t0 = Instant::now();
+    let (answer, window, samples) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            scale::closed_loop(target, n, t0, &stop, SNAPSHOT_TIMEOUT + SNAPSHOT_LEAD * 2)
+        });
+        std::thread::sleep(SNAPSHOT_LEAD);
+        let from = t0.elapsed();
+        let answer = waverunner_node::admin::post(admin, "/snapshot", "{}", SNAPSHOT_TIMEOUT);
+        let to = t0.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let samples = writer
+            .join()
+            .unwrap_or_else(|_| Err("the writer panicked".into()));
+        (answer, (from, to), samples)
+    });
+    let snap = match answer {
+        Ok((code, body)) => parse_snapshot_answer(code, &body),
+        Err(e) => Snapshot::Failed(format!("POST http://{admin}/snapshot: {e}")),
+    };
+    match &snap {
+        Snapshot::NotAvailable => eprintln!("bench scale: snapshot: not available in this build"),
+        Snapshot::Failed(e) => eprintln!("bench scale: snapshot failed: {e}"),
+        Snapshot::Taken { .. } => {
+            r.during_snapshot = Some(Disruption::between(&c0, &counts(&cf)));
+            match samples {
+                Ok(samples) => {
+                    let mut ns = scale::overlapping(&samples, window.0, window.1);
+                    r.during = stats::quantiles(&mut ns);
+                }
+                Err(e) => r
+                    .notes
+                    .push(format!("writes during the snapshot failed: {e}")),
+            }
+        }
+    }
+    let snap_bytes = match snap {
+        Snapshot::Taken { bytes, .. } => Some(bytes),
+        _ => None,
+    };
+    r.snapshot = Some(snap);
+
+    // A wiped follower catching up.
+    let restarted = Cell::new(None);
+    let c0 = counts(&cf);
+    r.catch_up = Some(catch_up(&cf, leader, snap_bytes, n, &restarted));
+    r.during_catch_up = Some(Disruption::between(&c0, &counts(&cf)));
+
+    eprintln!("bench scale: waverunner down …");
+    run_self(
+        exe,
+        &[OsStr::new("down"), OsStr::new("--dir"), dir.as_os_str()],
+    )?;
+    if let Some(pid) = restarted.get() {
+        // The restarted replica is our child: reap it.
+        // SAFETY: waitpid with WNOHANG and no status pointer only affects our children.
+        unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+    Ok(())
+}
+
+/// Removes everything in `dir` but the hard state file.
+fn wipe_but_hard_state(dir: &std::path::Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_name() == HARD_STATE_FILE {
+            continue;
+        }
+        if e.file_type()?.is_dir() {
+            std::fs::remove_dir_all(e.path())?;
+        } else {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// The file of a data directory that holds term and vote (crates/storage: on-disk format).
+const HARD_STATE_FILE: &str = "hardstate";
+
+/// Stops a follower, wipes its data directory but for its term and vote, starts it again and
+/// times it until its applied index reaches the leader's commit index and its digest equals the
+/// leader's. `restarted` gets the pid of the new process (our child).
+///
+/// Term and vote stay because Raft needs them: a replica that forgot them could vote twice in
+/// a term, and it looks like a new, empty replica that the leader still counts as up to date —
+/// it then sends it nothing, and it never catches up (a replica that lost everything rejoins
+/// through `waverunner member`). Everything else goes: the follower rejoins as recovering and
+/// needs the whole state from the leader.
+fn catch_up(
+    cf: &ClusterFile,
+    leader: u64,
+    snapshot_bytes: Option<u64>,
+    n: u64,
+    restarted: &Cell<Option<u32>>,
+) -> Result<scale::CatchUp, String> {
+    let f = cf
+        .nodes
+        .iter()
+        .find(|x| x.id != leader)
+        .ok_or("no follower")?;
+    let l = cf
+        .node(leader)
+        .ok_or("the leader is not in the cluster file")?;
+    eprintln!(
+        "bench scale: stopping follower n{} (pid {}), wiping {} but for {HARD_STATE_FILE}, restarting it …",
+        f.id,
+        f.pid,
+        f.data_dir.display()
+    );
+    if !cluster::stop_node(f)? {
+        return Err(format!("follower n{} (pid {}) did not stop", f.id, f.pid));
+    }
+    wipe_but_hard_state(&f.data_dir)
+        .map_err(|e| format!("wiping {}: {e}", f.data_dir.display()))?;
+    let started = Instant::now();
+    restarted.set(Some(cluster::restart_node(&cf.dir, f.id)?));
+    let timeout = Duration::from_secs(120) + Duration::from_millis(n / 10);
+    loop {
+        let lv = cluster::fetch_status(l.addresses.admin, STATUS_TIMEOUT);
+        let fv = cluster::fetch_status(f.addresses.admin, STATUS_TIMEOUT);
+        let last = match (lv, fv) {
+            (Ok((lv, lj)), Ok((fv, _))) => {
+                if fv.applied_index >= lv.commit_index && fv.digest == lv.digest {
+                    return Ok(scale::CatchUp {
+                        follower: f.id,
+                        secs: started.elapsed().as_secs_f64(),
+                        bytes: last_snapshot_bytes(&lj).or(snapshot_bytes),
+                        installed: fv.counters.snapshots_installed,
+                    });
+                }
+                format!(
+                    "n{} applied {} digest {:016x}, leader commit {} digest {:016x}",
+                    f.id, fv.applied_index, fv.digest, lv.commit_index, lv.digest
+                )
+            }
+            (Err(e), _) | (_, Err(e)) => e,
+        };
+        if started.elapsed() >= timeout {
+            let log = std::fs::read_to_string(&f.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "bench scale: n{} did not catch up; the end of its log {}:\n{}",
+                f.id,
+                f.log.display(),
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            );
+            return Err(format!(
+                "not caught up within {:.0} s: {last}",
+                timeout.as_secs_f64()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -592,5 +1379,60 @@ mod tests {
             "{payload} {udp}"
         );
         assert_eq!(w.write_fraction, 1.0);
+    }
+
+    #[test]
+    fn snapshot_answers() {
+        assert_eq!(
+            parse_snapshot_answer(404, "not found: try GET /metrics"),
+            Snapshot::NotAvailable
+        );
+        assert_eq!(
+            parse_snapshot_answer(200, r#"{"index":1200,"bytes":5000000,"duration_ms":25}"#),
+            Snapshot::Taken {
+                index: 1_200,
+                bytes: 5_000_000,
+                duration_ms: 25
+            }
+        );
+        assert_eq!(
+            parse_snapshot_answer(200, r#"{"index":1200,"bytes":5000000,"duration_ms":25}"#)
+                .mb_per_s(),
+            Some(200.0)
+        );
+        for (code, body) in [(200, "ok"), (200, r#"{"index":1}"#), (503, "no leader")] {
+            assert!(
+                matches!(parse_snapshot_answer(code, body), Snapshot::Failed(_)),
+                "{code} {body}"
+            );
+        }
+        let status: serde_json::Value = serde_json::from_str(
+            r#"{"id":1,"snapshot":{"last_index":9,"last_bytes":4096,"last_duration_ms":1,"in_progress":false}}"#,
+        )
+        .unwrap();
+        assert_eq!(last_snapshot_bytes(&status), Some(4_096));
+        assert_eq!(last_snapshot_bytes(&serde_json::json!({"id": 1})), None);
+    }
+
+    #[test]
+    fn scale_args_default_to_the_three_sizes() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            what: BenchWhat,
+        }
+        let Cli {
+            what: BenchWhat::Scale(a),
+        } = Cli::try_parse_from(["bench", "scale"]).unwrap()
+        else {
+            panic!("not scale");
+        };
+        assert_eq!(
+            scale::parse_keys(&a.keys).unwrap(),
+            vec![1_000_000, 5_000_000, 10_000_000]
+        );
+        assert_eq!((a.idle_secs, a.latency_secs, a.connections), (60, 5, 1));
+        assert!(Cli::try_parse_from(["bench", "scale", "--idle-secs", "0"]).is_err());
     }
 }

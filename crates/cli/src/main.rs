@@ -60,7 +60,8 @@ enum Command {
     /// Throughput per 100 ms while the leader is halted or the cluster reconfigured (CSV + PNG).
     Timeline(timeline::TimelineArgs),
     /// Benchmarks: `bench replication` (latency, throughput and CPU per write of each data
-    /// plane against the XDP echo floor; needs root).
+    /// plane against the XDP echo floor; needs root), `bench fanout`, and `bench scale`
+    /// (millions of keys against Redis: memory, idle CPU, snapshots, catch-up).
     Bench(bench::BenchArgs),
 }
 
