@@ -340,6 +340,15 @@ fn maxmemory_refuses_growth_with_redis_and_memcached_errors() {
     let st = c.status(leader);
     assert!(st.used_memory > 1 << 20 || st.used_memory > (1 << 20) - 4000);
     assert!(st.counters.oom_refused >= 2, "{:?}", st.counters);
+    let info = redis_raw(addr, &["INFO", "memory"]);
+    assert!(info.contains("maxmemory:1048576"), "{info}");
+    assert!(info.contains("maxmemory_policy:noeviction"), "{info}");
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("used_memory:"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no used_memory in INFO: {info}"));
+    assert!(used > 500_000, "{info}");
     let (_, metrics) = http_get(c.admin_addr(leader), "/metrics", WAIT).unwrap();
     assert!(
         metrics.contains("waverunner_oom_refused_total"),

@@ -156,7 +156,25 @@ fn info_fields(handle: &Handle) -> Vec<(&'static str, String)> {
         ("raft_applied_index", st.applied_index.to_string()),
         ("db0_keys", st.keys.to_string()),
         ("dataplane", st.dataplane.clone()),
+        ("# Memory", String::new()),
+        ("used_memory", st.used_memory.to_string()),
+        ("used_memory_human", human_bytes(st.used_memory)),
+        ("used_memory_rss", st.rss_bytes.to_string()),
+        ("maxmemory", st.maxmemory.to_string()),
+        ("maxmemory_human", human_bytes(st.maxmemory)),
+        ("maxmemory_policy", "noeviction".into()),
     ]
+}
+
+/// Bytes as Redis's `*_human` fields write them (`1.50M`).
+fn human_bytes(n: u64) -> String {
+    let units = [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    for (u, size) in units {
+        if n >= size {
+            return format!("{:.2}{u}", n as f64 / size as f64);
+        }
+    }
+    format!("{n}B")
 }
 
 fn redis_conn(
