@@ -60,6 +60,7 @@ pub use wal::DEFAULT_ROLL_SIZE;
 use hardstate::{HardStateFile, Persisted};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use wal::Wal;
 use waverunner_raft::{
     Bootstrap, ConfState, Entry, HardState, Index, Snapshot, SnapshotMeta, Term,
@@ -181,18 +182,27 @@ impl Terms {
 pub struct SnapshotFiles {
     dir: PathBuf,
     durability: Durability,
+    file: Arc<Mutex<Index>>,
 }
 
 impl SnapshotFiles {
     /// Durably replaces the snapshot file with `snap` (nothing in `memory` durability). The
     /// owner then calls [`Storage::snapshot_written`]; a crash in between leaves a snapshot
     /// newer than the log's start, which recovery handles.
+    /// A snapshot no newer than the one in the file (the owner installed a leader's
+    /// meanwhile) is not written: the file never goes back.
     pub fn write(&self, snap: &Snapshot) -> Result<(), StorageError> {
         if self.durability != Durability::Fsync {
             return Ok(());
         }
+        let mut file = self.file.lock().expect("snapshot file");
+        if snap.meta.index <= *file {
+            return Ok(());
+        }
         let mut stats = StorageStats::default();
-        snapshot::save(&self.dir, snap, &mut stats)
+        snapshot::save(&self.dir, snap, &mut stats)?;
+        *file = snap.meta.index;
+        Ok(())
     }
 }
 
@@ -207,6 +217,9 @@ pub struct Storage {
     wal: Option<Wal>,
     /// Index and term of the latest snapshot, (0, 0) if none.
     snap: (Index, Term),
+    /// The index of the snapshot in the file, shared with [`SnapshotFiles`]: every write of the
+    /// file holds it, and none replaces a newer snapshot with an older one.
+    file: Arc<Mutex<Index>>,
     terms: Terms,
     stats: StorageStats,
     /// A write or fsync failed: refuse further work (see [`StorageError::Failed`]).
@@ -340,6 +353,7 @@ impl Storage {
             hard_state: hs,
             wal,
             snap,
+            file: Arc::new(Mutex::new(snap.0)),
             terms,
             stats,
             failed: false,
@@ -516,6 +530,7 @@ impl Storage {
         SnapshotFiles {
             dir: self.dir.clone(),
             durability: self.durability,
+            file: self.file.clone(),
         }
     }
 
@@ -541,8 +556,11 @@ impl Storage {
         let (s, t) = (snap.meta.index, snap.meta.term);
         if self.durability == Durability::Fsync {
             // First the snapshot, then the log it replaces: a crash in between leaves both, and
-            // recovery finishes the job (`Wal::recover`).
+            // recovery finishes the job (`Wal::recover`). Under the file's lock: a background
+            // writer (`SnapshotFiles`) shares it.
+            let mut file = self.file.lock().expect("snapshot file");
             snapshot::save(&self.dir, snap, &mut self.stats)?;
+            *file = (*file).max(s);
         }
         self.adopt_snapshot(s, t)
     }

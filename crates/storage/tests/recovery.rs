@@ -276,3 +276,23 @@ fn storage_can_move_to_a_storage_thread() {
     send::<Storage>();
     send::<StorageError>();
 }
+
+#[test]
+fn a_background_snapshot_never_replaces_a_newer_one() {
+    let t = TempDir::new("bg-snap");
+    {
+        let (mut s, _) = open(t.path(), Durability::Fsync);
+        s.append(&ents(1, 50, 1)).unwrap();
+        s.sync().unwrap();
+        let files = s.snapshot_files();
+        // Written in the background, adopted by the owner afterwards.
+        files.write(&snap(20, 1)).unwrap();
+        s.snapshot_written(&snap(20, 1).meta).unwrap();
+        // The owner installs a newer one (a leader's) while an older background write is late.
+        s.save_snapshot(&snap(40, 1)).unwrap();
+        files.write(&snap(30, 1)).unwrap();
+    }
+    let (_, r) = open(t.path(), Durability::Fsync);
+    assert_eq!(r.snapshot.map(|s| s.meta.index), Some(40));
+    assert_eq!(r.entries.first().map(|e| e.index), Some(41));
+}
