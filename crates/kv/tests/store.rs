@@ -1458,7 +1458,7 @@ fn restore_rejects_corruption_without_panicking() {
         let len = rng.below(80) as usize;
         let g: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         let _ = KvStore::restore(&g);
-        let mut g2 = b("WKVS\x01");
+        let mut g2 = b("WKVS\x02");
         g2.extend(g);
         let _ = KvStore::restore(&g2);
     }
@@ -1474,15 +1474,15 @@ fn fnv(b: &[u8]) -> u64 {
     h
 }
 
-/// A snapshot body with a correct checksum appended.
+/// A snapshot body with a correct checksum appended (xxh3-64, format version 2).
 fn sealed(body: &[u8]) -> Vec<u8> {
     let mut v = body.to_vec();
-    v.extend_from_slice(&fnv(body).to_le_bytes());
+    v.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(body).to_le_bytes());
     v
 }
 
 fn header(applied: u64, now: u64, count: u64) -> Vec<u8> {
-    let mut v = b("WKVS\x01");
+    let mut v = b("WKVS\x02");
     v.extend_from_slice(&applied.to_le_bytes());
     v.extend_from_slice(&now.to_le_bytes());
     v.extend_from_slice(&count.to_le_bytes());
@@ -1569,7 +1569,7 @@ fn restore_validates_contents_behind_a_good_checksum() {
     body[0] = b'X';
     assert!(KvStore::restore(&sealed(&body)).is_err());
     let mut body = header(10, 0, 0);
-    body[4] = 2;
+    body[4] = 3;
     assert!(KvStore::restore(&sealed(&body)).is_err());
     // Error messages are displayable.
     let e = KvStore::restore(b"short").unwrap_err();
@@ -1702,4 +1702,22 @@ fn sweep_reclaims_expired_items_in_bounded_steps() {
     assert_eq!(s.held(), 0);
     assert_eq!(s.used_memory(), 0);
     s.check_invariants();
+}
+
+#[test]
+fn a_version_1_snapshot_still_restores() {
+    // Version 1 ended with FNV-1a; a replica restarted on a newer build reads it.
+    let mut body = b("WKVS\x01");
+    body.extend_from_slice(&4u64.to_le_bytes());
+    body.extend_from_slice(&200u64.to_le_bytes());
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend(snap_item("b", "yz", 0, 4, None));
+    let mut v1 = body.clone();
+    v1.extend_from_slice(&fnv(&body).to_le_bytes());
+    let r = KvStore::restore(&v1).expect("a version 1 snapshot");
+    assert_eq!(r.read(0, &get("b")), items(vec![item("yz", 0, 4)]));
+    // Its checksum is checked too.
+    let mut bad = v1.clone();
+    bad[20] ^= 1;
+    assert!(KvStore::restore(&bad).is_err());
 }

@@ -42,7 +42,7 @@ pub fn serve(listener: TcpListener, handle: Handle, stop: Arc<AtomicBool>) {
                         let _ = one(s, &h);
                     });
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => crate::priority::wait_acceptable(&listener, Duration::from_millis(200)),
         }
     }
 }

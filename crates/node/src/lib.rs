@@ -18,6 +18,7 @@ pub mod fastpath;
 pub mod frontend;
 pub mod kvsm;
 pub mod metrics;
+pub(crate) mod priority;
 pub mod replica;
 pub mod sm;
 pub mod transport;

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use waverunner_raft::MessageBody;
 
+use crate::priority::LowPriority;
 use crate::wire::{self, Frame, Reassembly, HEADER_LEN};
 
 /// Frames queued per peer before new ones are dropped.
@@ -36,8 +37,9 @@ pub const SEND_QUEUE: usize = 4_096;
 const BULK_FORWARD: usize = 16 << 10;
 /// Inbound connections accepted at once.
 pub const MAX_INBOUND: usize = 64;
-/// How often an idle sender checks that its peer has not closed the connection.
-const IDLE_CHECK: Duration = Duration::from_millis(10);
+/// How often an idle sender checks that its peer has not closed the connection (a sender also
+/// checks before every write, so this only starts a reconnection earlier).
+const IDLE_CHECK: Duration = Duration::from_millis(100);
 /// The longest wait between connection attempts to an unreachable peer: a restarted peer is
 /// reached within this of listening again (its first messages, votes included, are lost
 /// until then).
@@ -340,42 +342,6 @@ fn send_loop(
     }
 }
 
-/// The calling thread at a lower CPU priority (nice 10) while the guard lives: a thread that
-/// moves a large message (a 64 MiB value, a snapshot) leaves the CPU to the replica loops and
-/// the control connections, so heartbeats and votes keep their pace on a busy machine (three
-/// replicas on two cores spent seconds copying a large value and fell into elections). Only
-/// where the priority can be raised back afterwards (root, or `CAP_SYS_NICE`); elsewhere
-/// nothing changes.
-struct LowPriority(Option<libc::id_t>);
-
-impl LowPriority {
-    fn new() -> LowPriority {
-        // SAFETY: gettid, geteuid and setpriority on the calling thread have no memory
-        // preconditions.
-        unsafe {
-            if libc::geteuid() != 0 {
-                return LowPriority(None);
-            }
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            if libc::setpriority(libc::PRIO_PROCESS, tid, 10) != 0 {
-                return LowPriority(None);
-            }
-            LowPriority(Some(tid))
-        }
-    }
-}
-
-impl Drop for LowPriority {
-    fn drop(&mut self) {
-        if let Some(tid) = self.0 {
-            // SAFETY: as above.
-            unsafe {
-                let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 0);
-            }
-        }
-    }
-}
-
 /// Whether the peer closed (or reset) this outbound connection. The peer never writes on it,
 /// so anything readable is an end of stream or an error.
 fn peer_closed(s: &TcpStream) -> bool {
@@ -412,7 +378,7 @@ fn accept_loop<D: Fn(Inbound) -> bool + Send + Sync + 'static>(
         let (s, _) = match listener.accept() {
             Ok(x) => x,
             Err(_) => {
-                thread::sleep(Duration::from_millis(20));
+                crate::priority::wait_acceptable(&listener, Duration::from_millis(200));
                 continue;
             }
         };

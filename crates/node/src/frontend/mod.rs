@@ -58,7 +58,7 @@ pub fn serve_tcp(
         let mut s = match listener.accept() {
             Ok((s, _)) => s,
             Err(_) => {
-                std::thread::sleep(Duration::from_millis(10));
+                crate::priority::wait_acceptable(&listener, Duration::from_millis(200));
                 continue;
             }
         };

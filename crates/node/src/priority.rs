@@ -1,0 +1,59 @@
+//! What threads do while they wait: bulk work yields the CPU to the replica loop and the
+//! control lane, and idle listeners sleep in the kernel instead of polling.
+
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Waits until `l` has a connection to accept or `max` has passed (a listener's accept loop
+/// checks its stop flag between waits). An idle replica's listeners used to poll every 10–20
+/// ms: hundreds of wake-ups a second, most of an idle replica's CPU.
+pub fn wait_acceptable(l: &TcpListener, max: Duration) {
+    let mut p = libc::pollfd {
+        fd: l.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(max.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd for an open socket, for the duration of the call.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
+
+/// The calling thread at a lower CPU priority (nice 10) while the guard lives: a thread that
+/// moves a large message (a 64 MiB value, a snapshot) or writes a snapshot leaves the CPU to the
+/// replica loops and the control connections, so heartbeats and votes keep their pace on a busy machine (three
+/// replicas on two cores spent seconds copying a large value and fell into elections). Only
+/// where the priority can be raised back afterwards (root, or `CAP_SYS_NICE`); elsewhere
+/// nothing changes.
+pub struct LowPriority(Option<libc::id_t>);
+
+impl LowPriority {
+    /// Lowers the calling thread's priority until the guard is dropped.
+    pub fn new() -> LowPriority {
+        // SAFETY: gettid, geteuid and setpriority on the calling thread have no memory
+        // preconditions.
+        unsafe {
+            if libc::geteuid() != 0 {
+                return LowPriority(None);
+            }
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            if libc::setpriority(libc::PRIO_PROCESS, tid, 10) != 0 {
+                return LowPriority(None);
+            }
+            LowPriority(Some(tid))
+        }
+    }
+}
+
+impl Drop for LowPriority {
+    fn drop(&mut self) {
+        if let Some(tid) = self.0 {
+            // SAFETY: as above.
+            unsafe {
+                let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 0);
+            }
+        }
+    }
+}
