@@ -27,7 +27,7 @@
 //! types   = 1 segment header (magic "WVRNSEG1", version u32, first index u64)
 //!           2 entry (codec::put_entry)   3 snapshot (codec::put_snapshot)
 //!           4 hard state (seq u64, mode u8, flags u8, codec::put_hard_state)
-//! limits  = entry data <= 64 MiB, snapshot data <= 1 GiB, <= 4096 voters and learners
+//! limits  = entry data <= 513 MiB, snapshot data <= 1 GiB, <= 4096 voters and learners
 //! ```
 //!
 //! A conflicting suffix is removed by cutting the files (no truncate markers; see `wal.rs`).
