@@ -1561,6 +1561,8 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
+        // Who asked reads `/status` next: it shows this snapshot.
+        self.publish();
         for w in job.waiters {
             w(Ok(index));
         }
