@@ -869,6 +869,9 @@ impl<S: StateMachine> Replica<S> {
         };
         let p = self.admin_pending.swap_remove(i);
         if p.term == e.term && e.kind == EntryKind::ConfChange {
+            // Who asked reads `/status` next (`waverunner member` prints the membership): the
+            // configuration in force already includes the change.
+            self.publish();
             (p.reply)(Ok(e.index));
         } else {
             (p.reply)(Err(AdminError::Lost));
