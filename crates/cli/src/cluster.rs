@@ -1738,6 +1738,7 @@ mod tests {
             (c.heartbeat_ticks, c.snapshot_entries, c.request_timeout_ms),
             (d.heartbeat_ticks, d.snapshot_entries, d.request_timeout_ms)
         );
+        assert_eq!(c.snapshot_bytes, d.snapshot_bytes);
         assert_eq!(
             (c.max_value_bytes, c.max_connections),
             (d.max_value_bytes, d.max_connections)

@@ -41,6 +41,9 @@ pub struct NodeArgs {
     /// Snapshot every this many applied entries.
     #[arg(long)]
     snapshot_entries: Option<u64>,
+    /// Also snapshot once the entries applied since the last one hold this many bytes.
+    #[arg(long)]
+    snapshot_bytes: Option<u64>,
     /// Client request timeout in milliseconds.
     #[arg(long)]
     request_timeout_ms: Option<u64>,
@@ -119,6 +122,7 @@ pub fn config_of(a: &NodeArgs) -> Result<NodeConfig, String> {
     set("election_ticks", int(a.election_ticks.map(u64::from)));
     set("heartbeat_ticks", int(a.heartbeat_ticks.map(u64::from)));
     set("snapshot_entries", int(a.snapshot_entries));
+    set("snapshot_bytes", int(a.snapshot_bytes));
     set("request_timeout_ms", int(a.request_timeout_ms));
     set("max_value_bytes", int(a.max_value_bytes));
     set("max_connections", int(a.max_connections));

@@ -7,6 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -97,7 +98,7 @@ fn an_idle_cluster_with_300k_keys_keeps_its_term() {
     assert!(sts.iter().all(|s| s.digest == sts[0].digest));
 }
 
-/// Writes unique keys through the native client until stopped; records the acknowledged ones.
+/// Writes unique keys over RESP until stopped; records the acknowledged ones.
 struct Writers {
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<String>>>,
@@ -105,8 +106,7 @@ struct Writers {
 }
 
 impl Writers {
-    fn start(c: &Cluster, n: usize, redis: Vec<SocketAddr>) -> Writers {
-        let _ = c;
+    fn start(n: usize, redis: Vec<SocketAddr>) -> Writers {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
         let threads = (0..n)
@@ -180,7 +180,7 @@ fn a_wiped_follower_installs_a_snapshot_while_writes_continue() {
         .filter(|&id| id != follower)
         .map(|id| c.redis_addr(id))
         .collect();
-    let writers = Writers::start(&c, 4, others);
+    let writers = Writers::start(4, others);
     // Enough writes for the leader to snapshot and compact past what the follower had.
     std::thread::sleep(Duration::from_secs(2));
     c.restart(follower);
@@ -219,8 +219,6 @@ fn value_file(len: usize) -> (PathBuf, Vec<u8>) {
     std::fs::write(&f, &v).unwrap();
     (f, v)
 }
-
-use std::path::PathBuf;
 
 #[test]
 fn a_64_mib_value_through_redis_cli_and_memcached() {
@@ -338,7 +336,8 @@ fn maxmemory_refuses_growth_with_redis_and_memcached_errors() {
     assert_eq!(redis(f, &["GET", "k1"]).len(), value.len() + 2);
     assert_eq!(redis(addr, &["DEL", "k0", "k1", "k2"]), "(integer) 3");
     let st = c.status(leader);
-    assert!(st.used_memory > 1 << 20 || st.used_memory > (1 << 20) - 4000);
+    // Refused once over the limit: the state holds about the limit (less what DEL freed).
+    assert!(st.used_memory > (1 << 20) - 4000, "{}", st.used_memory);
     assert!(st.counters.oom_refused >= 2, "{:?}", st.counters);
     let info = redis_raw(addr, &["INFO", "memory"]);
     assert!(info.contains("maxmemory:1048576"), "{info}");
