@@ -370,10 +370,8 @@ fn payload_of(f: &Frame) -> (u8, Vec<u8>) {
             kind,
             bytes,
         } => {
-            w.put_u32(*total);
-            w.put_u32(*offset);
-            w.put_u8(*kind);
-            w.put_bytes(bytes);
+            put_chunk_fields(&mut w, *total, *offset, *kind, bytes.len());
+            w.put_raw(bytes);
             K_CHUNK
         }
     };
@@ -449,10 +447,7 @@ fn for_each_chunk(
     let total = payload.len() as u32;
     for (i, piece) in payload.chunks(CHUNK).enumerate() {
         let mut fields = Writer::with_capacity(CHUNK_FIELDS);
-        fields.put_u32(total);
-        fields.put_u32((i * CHUNK) as u32);
-        fields.put_u8(kind);
-        fields.put_u32(piece.len() as u32);
+        put_chunk_fields(&mut fields, total, (i * CHUNK) as u32, kind, piece.len());
         let fields = fields.into_inner();
         debug_assert_eq!(fields.len(), CHUNK_FIELDS);
         let mut head = Writer::with_capacity(HEADER_LEN + CHUNK_FIELDS);
@@ -470,6 +465,15 @@ fn for_each_chunk(
 
 /// Bytes of a chunk frame's payload before its piece: total, offset, kind, piece length.
 const CHUNK_FIELDS: usize = 13;
+
+/// A chunk frame's payload up to its piece (the one writer of the layout [`split_chunk`]
+/// reads): `total u32 | offset u32 | kind u8 | piece length u32`, the piece follows.
+fn put_chunk_fields(w: &mut Writer, total: u32, offset: u32, kind: u8, piece_len: usize) {
+    w.put_u32(total);
+    w.put_u32(offset);
+    w.put_u8(kind);
+    w.put_u32(u32::try_from(piece_len).expect("a chunk is smaller than a frame"));
+}
 
 /// A chunk frame's payload without copying its piece: (total, offset, kind, piece).
 pub fn split_chunk(payload: &[u8]) -> Result<(u32, u32, u8, &[u8]), WireError> {
@@ -534,12 +538,15 @@ pub fn decode_kind(kind: u8, payload: &[u8]) -> Result<Frame, WireError> {
                     .map_err(|_| WireError("advertised address is not ip:port".into()))?,
             }
         }
-        K_CHUNK => Frame::Chunk {
-            total: r.get_u32()?,
-            offset: r.get_u32()?,
-            kind: r.get_u8()?,
-            bytes: get_vec(&mut r)?,
-        },
+        K_CHUNK => {
+            let (total, offset, kind, piece) = split_chunk(payload)?;
+            return Ok(Frame::Chunk {
+                total,
+                offset,
+                kind,
+                bytes: piece.to_vec(),
+            });
+        }
         _ => return Err(WireError("unknown frame kind".into())),
     };
     r.finish()?;
