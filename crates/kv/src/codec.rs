@@ -242,6 +242,16 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
     }
 }
 
+/// Whether the encoded operation `b` only reads ([`Op::is_read_only`]), from its tag alone:
+/// the replica asks for every request, and decoding would copy the value (64 MiB) to find
+/// out. Malformed input is not refused here; its decoding is, wherever it is answered.
+pub fn is_read_only_command(b: &[u8]) -> bool {
+    matches!(
+        b.first(),
+        Some(&(OP_GET | OP_EXISTS | OP_STRLEN | OP_TTL | OP_DBSIZE | OP_KEYS | OP_SCAN))
+    )
+}
+
 /// Decodes one operation that fills all of `b` (trailing bytes are an error).
 pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
     let mut r = Reader::new(b);
@@ -589,6 +599,79 @@ mod tests {
         out.clear();
         encode_response(&Response::Int(-2), &mut out);
         assert_eq!(out, [R_INT, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    }
+
+    #[test]
+    fn the_tag_tells_reads_from_writes_as_the_op_does() {
+        let k = || b"k".to_vec();
+        let ops = [
+            Op::Get { keys: vec![k()] },
+            Op::Exists { keys: vec![k()] },
+            Op::Strlen { key: k() },
+            Op::Ttl { key: k() },
+            Op::DbSize,
+            Op::Keys { pattern: k() },
+            Op::Scan {
+                cursor: k(),
+                pattern: None,
+                count: 1,
+            },
+            Op::Set {
+                key: k(),
+                value: k(),
+                flags: 0,
+                expiry: Expiry::None,
+                cond: Cond::Always,
+                get_old: false,
+            },
+            Op::MSet {
+                pairs: vec![(k(), k())],
+            },
+            Op::Cas {
+                key: k(),
+                value: k(),
+                flags: 0,
+                expiry: Expiry::None,
+                unique: 1,
+            },
+            Op::Del { keys: vec![k()] },
+            Op::IncrBy { key: k(), delta: 1 },
+            Op::McIncr {
+                key: k(),
+                delta: 1,
+                decr: false,
+            },
+            Op::Append {
+                key: k(),
+                value: k(),
+                must_exist: false,
+                max_len: 9,
+            },
+            Op::Prepend {
+                key: k(),
+                value: k(),
+                max_len: 9,
+            },
+            Op::Touch {
+                keys: vec![k()],
+                expiry: Expiry::None,
+                get: false,
+            },
+            Op::FlushAll,
+            Op::Sweep,
+        ];
+        // Every tag in use once: a new op must be added here.
+        let mut tags: Vec<u8> = Vec::new();
+        for op in &ops {
+            let mut b = Vec::new();
+            encode_op(op, &mut b);
+            assert_eq!(is_read_only_command(&b), op.is_read_only(), "{op:?}");
+            tags.push(b[0]);
+        }
+        tags.sort_unstable();
+        assert_eq!(tags, (OP_GET..=OP_SWEEP).collect::<Vec<u8>>());
+        assert!(!is_read_only_command(&[]));
+        assert!(!is_read_only_command(&[OP_SWEEP + 1]));
     }
 
     #[test]

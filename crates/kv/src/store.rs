@@ -701,15 +701,19 @@ impl KvStore {
             items: self.items.clone(),
             applied: self.applied,
             now_ms: self.now_ms,
+            used: self.used,
         }
     }
 
     /// The whole state as bytes: [`KvStore::snapshot_view`] written to memory.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.snapshot_view()
-            .write_to(&mut out)
-            .expect("writing to memory");
+        let view = self.snapshot_view();
+        let mut out = Vec::with_capacity(view.len_bound());
+        view.write_to(&mut out).expect("writing to memory");
+        assert!(
+            out.len() <= view.len_bound(),
+            "snapshot longer than its bound"
+        );
         out
     }
 
@@ -926,9 +930,17 @@ pub struct SnapshotView {
     items: OrdSet<Rec>,
     applied: u64,
     now_ms: u64,
+    used: u64,
 }
 
 impl SnapshotView {
+    /// At least the length [`SnapshotView::write_to`] writes, in O(1): a buffer this large
+    /// takes the snapshot without growing (each growth copied all written so far). An item
+    /// takes fewer bytes in a snapshot than its [`ITEM_OVERHEAD`] accounts for.
+    pub fn len_bound(&self) -> usize {
+        (self.used + 64) as usize
+    }
+
     /// The log index the view was taken at.
     pub fn applied_index(&self) -> u64 {
         self.applied

@@ -102,14 +102,16 @@ pub struct NodeConfig {
     #[serde(default = "default_heartbeat_ticks")]
     pub heartbeat_ticks: u32,
     /// Take a snapshot every this many applied entries; the log keeps the entries since the
-    /// snapshot before the last one (a trailing window of at least this many).
+    /// snapshot before the last one (a trailing window of at least this many). Either trigger
+    /// waits until the entries also hold a quarter of the state's size (amortized cost).
     #[serde(default = "default_snapshot_entries")]
     pub snapshot_entries: u64,
     /// Also take one when the entries applied since the last one hold this many bytes.
     #[serde(default = "default_snapshot_bytes")]
     pub snapshot_bytes: u64,
     /// A client request not answered within this many milliseconds fails with a timeout
-    /// (its outcome is then unknown to the client).
+    /// (its outcome is then unknown to the client); a large request has a second more per
+    /// 32 MiB.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
     /// Largest value accepted from clients, in bytes (Redis's limit by default, 512 MiB).

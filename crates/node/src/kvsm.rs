@@ -13,6 +13,10 @@ impl SnapshotView for KvView {
     fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         self.0.write_to(w).map(|_| ())
     }
+
+    fn len_bound(&self) -> usize {
+        self.0.len_bound()
+    }
 }
 
 /// The replicated key-value store.
@@ -34,7 +38,7 @@ impl StateMachine for KvMachine {
     }
 
     fn is_read_only(&self, command: &[u8]) -> bool {
-        decode_op(command).is_ok_and(|op| op.is_read_only())
+        waverunner_kv::codec::is_read_only_command(command)
     }
 
     fn query(&self, now_ms: u64, command: &[u8]) -> Vec<u8> {

@@ -43,6 +43,17 @@ pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A ready batch that takes longer than this to persist, send and apply is logged and counted
 /// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
+/// A large request's deadline is later by a second per this many bytes: a 64 MiB value
+/// crosses the network twice and is copied and hashed on every replica, which a busy
+/// two-core machine took over two seconds to do.
+const LARGE_REQUEST_BYTES_PER_SEC: u64 = 32 << 20;
+
+/// How long a request of `len` bytes may take before it fails (outcome unknown).
+fn request_deadline(timeout_ms: u64, len: usize) -> Duration {
+    Duration::from_millis(timeout_ms)
+        + Duration::from_millis(len as u64 * 1_000 / LARGE_REQUEST_BYTES_PER_SEC)
+}
+
 const SLOW_DRIVE: Duration = Duration::from_millis(50);
 
 /// Why a client request failed.
@@ -429,6 +440,9 @@ pub struct Replica<S: StateMachine> {
     transport: Arc<Transport>,
     status: Arc<Mutex<Status>>,
     keepalive: Arc<KeepAlive>,
+    /// When the transport last received a frame from each peer (for the log line that
+    /// explains a leader's step-down; bounded by the members).
+    heard: HashMap<u64, Instant>,
     addresses: crate::metrics::Addresses,
     next_req: u64,
     requests: HashMap<u64, Request>,
@@ -544,6 +558,7 @@ impl<S: StateMachine> Replica<S> {
             transport,
             status,
             keepalive,
+            heard: HashMap::new(),
             addresses,
             // Request ids are unique across restarts: an entry proposed by an earlier
             // incarnation must never answer a request of this one.
@@ -656,6 +671,13 @@ impl<S: StateMachine> Replica<S> {
         // came late still comes after the ticks it missed. Other events keep their order and
         // come after all the ticks (a read never sees the clock of before the stall).
         let mut replayed = 0;
+        if missed >= 5 {
+            tracing::info!(
+                "node {}: the loop missed {missed} ticks (role {:?})",
+                self.cfg.id,
+                self.role
+            );
+        }
         if missed > 0 {
             let mut due = *next_tick;
             while backlog.len() < EVENT_QUEUE {
@@ -666,6 +688,7 @@ impl<S: StateMachine> Replica<S> {
                             replayed += 1;
                             due += tick;
                         }
+                        self.heard.insert(from, at);
                         self.on_frame(from, f);
                     }
                     Ok(ev) => backlog.push_back(ev),
@@ -710,11 +733,25 @@ impl<S: StateMachine> Replica<S> {
                     // would otherwise handle it with the clock of before the stall, e.g. serve
                     // a lease read from a lease that expired meanwhile.
                     self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
+                    let t = Instant::now();
                     if !self.on_event(ev) {
                         break 'outer;
                     }
+                    if t.elapsed() > SLOW_DRIVE {
+                        tracing::info!(
+                            "node {}: one event took {} ms",
+                            self.cfg.id,
+                            t.elapsed().as_millis()
+                        );
+                    }
                     // Take what else is queued before persisting: one sync for all (group commit).
                     for _ in 0..1_024 {
+                        // Time first here too: an event that held the loop (a 64 MiB value)
+                        // leaves peers' answers queued behind it, and they must be stepped in
+                        // step with the ticks that passed, not before all of them (a leader
+                        // then found the second election timeout of the stall without an
+                        // answer and stepped down).
+                        self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
                         let next = match backlog.pop_front() {
                             Some(ev) => Ok(ev),
                             None => rx.try_recv(),
@@ -760,7 +797,10 @@ impl<S: StateMachine> Replica<S> {
 
     fn on_event(&mut self, ev: Event) -> bool {
         match ev {
-            Event::Peer(from, f, _) => self.on_frame(from, f),
+            Event::Peer(from, f, at) => {
+                self.heard.insert(from, at);
+                self.on_frame(from, f)
+            }
             Event::Submit(s) => self.on_submit(s),
             Event::Admin(cmd, reply) => self.on_admin(cmd, reply),
             Event::ClientError => self.counters.client_errors += 1,
@@ -921,6 +961,7 @@ impl<S: StateMachine> Replica<S> {
         let id = self.next_req;
         self.next_req += 1;
         let now = Instant::now();
+        let deadline = now + request_deadline(self.cfg.request_timeout_ms, s.command.len());
         self.requests.insert(
             id,
             Request {
@@ -931,7 +972,7 @@ impl<S: StateMachine> Replica<S> {
                 stage: Stage::Routing,
                 reply: s.reply,
                 started: now,
-                deadline: now + Duration::from_millis(self.cfg.request_timeout_ms),
+                deadline,
             },
         );
         self.route(id);
@@ -1253,6 +1294,20 @@ impl<S: StateMachine> Replica<S> {
                 if ss.role == Role::Leader {
                     self.counters.leader_elected += 1;
                 }
+                if self.role == Role::Leader || ss.role == Role::PreCandidate {
+                    // Why: how long ago each peer was last heard from.
+                    let now = Instant::now();
+                    let mut ages: Vec<(u64, u128)> = self
+                        .heard
+                        .iter()
+                        .map(|(id, at)| (*id, now.saturating_duration_since(*at).as_millis()))
+                        .collect();
+                    ages.sort_unstable();
+                    tracing::info!(
+                        "node {}: peers last heard (id, ms ago): {ages:?}",
+                        self.cfg.id
+                    );
+                }
                 if self.role == Role::Recovering {
                     // Caught up from a leader: from now on a restart keeps this log.
                     self.storage
@@ -1470,13 +1525,16 @@ impl<S: StateMachine> Replica<S> {
             .snap_next
             .as_ref()
             .map_or(self.raft.first_index() - 1, |s| s.meta.index);
-        // A snapshot costs O(state): after `snapshot_entries` entries only once they hold a
-        // quarter of the state's size too, so the work stays proportional to what is written
-        // (a million keys snapshotted every 10 000 writes kept both cores busy and the load
-        // ended in elections). `snapshot_bytes` bounds the log whatever the state.
+        // A snapshot costs O(state): after `snapshot_entries` entries or `snapshot_bytes`
+        // bytes only once the entries hold a quarter of the state's size too, so the work
+        // stays proportional to what is written (a million keys snapshotted every 10 000
+        // writes kept both cores busy and the load ended in elections; 64 MiB values into
+        // 300 MiB of state serialized it all for each one). The log then holds at most the
+        // larger of `snapshot_bytes` and a quarter of the state.
         let amortized = self.snap_bytes >= self.state.sm.used_memory() / 4;
-        let due = (applied >= base + self.cfg.snapshot_entries && amortized)
-            || self.snap_bytes >= self.cfg.snapshot_bytes
+        let due = ((applied >= base + self.cfg.snapshot_entries
+            || self.snap_bytes >= self.cfg.snapshot_bytes)
+            && amortized)
             || !self.snap_waiters.is_empty();
         if !due {
             return Ok(());

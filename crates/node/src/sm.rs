@@ -68,6 +68,11 @@ pub trait StateMachine: Send + 'static {
 pub trait SnapshotView: Send {
     /// Writes the state in [`StateMachine::restore`]'s format.
     fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()>;
+    /// At least the length `write_to` writes (0: unknown), so the snapshot's buffer is
+    /// allocated once instead of grown (each growth copies what was written).
+    fn len_bound(&self) -> usize {
+        0
+    }
 }
 
 /// A view that is already bytes (the default for state machines without a cheaper one).
@@ -76,6 +81,10 @@ struct BytesView(Vec<u8>);
 impl SnapshotView for BytesView {
     fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         w.write_all(&self.0)
+    }
+
+    fn len_bound(&self) -> usize {
+        self.0.len()
     }
 }
 
@@ -91,13 +100,15 @@ pub struct SnapshotJob {
 impl SnapshotJob {
     /// The snapshot's bytes (what [`Replicated::restore`] takes). O(state): run it off the loop.
     pub fn run(self) -> Vec<u8> {
-        let mut sm = Vec::new();
-        self.sm
-            .write_to(&mut sm)
-            .expect("a state machine's snapshot written to memory");
-        let mut w = Writer::with_capacity(self.head.len() + 4 + sm.len() + self.tail.len());
+        // One buffer, written once: head, the state machine's length and bytes, tail.
+        let bound = self.head.len() + 4 + self.sm.len_bound() + self.tail.len();
+        let mut w = Writer::with_capacity(bound);
         w.put_raw(&self.head);
-        w.put_bytes(&sm);
+        w.put_bytes_from(|out| {
+            self.sm
+                .write_to(out)
+                .expect("a state machine's snapshot written to memory")
+        });
         w.put_raw(&self.tail);
         w.into_inner()
     }

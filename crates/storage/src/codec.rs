@@ -136,6 +136,20 @@ impl Writer {
         self.buf.extend_from_slice(b);
     }
 
+    /// Appends what `write` writes, as [`Writer::put_bytes`] lays it out, without building
+    /// it elsewhere first (a snapshot of gigabytes is written once).
+    ///
+    /// # Panics
+    /// If `write` wrote 4 GiB or more.
+    pub fn put_bytes_from(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.buf.len();
+        self.put_u32(0);
+        write(&mut self.buf);
+        let len = self.buf.len() - at - 4;
+        let len = u32::try_from(len).expect("byte string longer than u32::MAX");
+        self.buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    }
+
     /// Appends raw bytes without a length.
     pub fn put_raw(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
@@ -458,6 +472,18 @@ mod tests {
         }
         fn bytes(&mut self, n: usize) -> Vec<u8> {
             (0..n).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    #[test]
+    fn bytes_written_in_place_are_laid_out_as_put_bytes() {
+        for data in [&b""[..], b"x", &[7u8; 300]] {
+            let (mut a, mut b) = (Writer::new(), Writer::new());
+            a.put_u8(1);
+            b.put_u8(1);
+            a.put_bytes(data);
+            b.put_bytes_from(|out| out.extend_from_slice(data));
+            assert_eq!(a.into_inner(), b.into_inner());
         }
     }
 
