@@ -215,6 +215,9 @@ fn sim(a: SimArgs) -> ExitCode {
         total.transfers += s.transfers;
         total.deposed += s.deposed;
         total.snapshots_installed += s.snapshots_installed;
+        total.snapshot_pieces += s.snapshot_pieces;
+        total.snapshot_pieces_dropped += s.snapshot_pieces_dropped;
+        total.snapshot_transfers_abandoned += s.snapshot_transfers_abandoned;
         total.retransmissions += s.retransmissions;
         total.fast_rejects += s.fast_rejects;
         total.reads_sent += s.reads_sent;
@@ -234,11 +237,12 @@ fn sim(a: SimArgs) -> ExitCode {
         }
     }
     println!(
-        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed, {} retransmitted entries, {} fast-path rejects, {} ReadIndex reads ({} checked against acknowledged writes, {} refused), {} keepalive messages from paused replicas",
+        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed ({} pieces delivered, {} dropped as duplicate or out of order, {} transfers abandoned unfinished), {} retransmitted entries, {} fast-path rejects, {} ReadIndex reads ({} checked against acknowledged writes, {} refused), {} keepalive messages from paused replicas",
         reports.len(), a.nodes, started.elapsed().as_secs_f64(), total.events, total.writes_acked, total.writes_sent,
         total.writes_acked_by_dataplane, total.dataplane_enables, total.dataplane_disables, total.crashes, total.lost_logs,
         total.pauses, total.partitions, total.loss_bursts, total.membership_changes, total.transfers,
-        total.deposed, total.snapshots_installed, total.retransmissions, total.fast_rejects,
+        total.deposed, total.snapshots_installed, total.snapshot_pieces, total.snapshot_pieces_dropped,
+        total.snapshot_transfers_abandoned, total.retransmissions, total.fast_rejects,
         total.reads_sent, total.reads_checked, total.reads_refused, total.keepalives
     );
     println!("seeds={} violations={violations}", reports.len());

@@ -7,7 +7,7 @@
 
 use waverunner_raft::{Bytes, CampaignKind, Message, MessageBody};
 use waverunner_storage::codec::{
-    get_entry_with, get_snapshot, put_entry, put_snapshot, CodecError, Reader, Writer,
+    get_entry_with, get_snapshot_meta, put_entry, put_snapshot_meta, CodecError, Reader, Writer,
 };
 use waverunner_storage::crc::{crc32c, crc32c_update};
 
@@ -197,9 +197,22 @@ pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
             w.put_u8(8);
             w.put_bytes(context);
         }
-        MessageBody::InstallSnapshot { snapshot } => {
+        MessageBody::InstallSnapshot {
+            meta,
+            total,
+            offset,
+            data,
+        } => {
             w.put_u8(9);
-            put_snapshot(&mut w, snapshot);
+            put_snapshot_meta(&mut w, meta);
+            w.put_u64(*total);
+            w.put_u64(*offset);
+            w.put_bytes(data);
+        }
+        MessageBody::SnapshotProgress { index, received } => {
+            w.put_u8(14);
+            w.put_u64(*index);
+            w.put_u64(*received);
         }
         MessageBody::TimeoutNow => w.put_u8(10),
         MessageBody::ReadIndex { context } => {
@@ -292,8 +305,25 @@ fn decode_message_in(b: &[u8], owner: Option<&Bytes>) -> Result<Message, WireErr
         8 => MessageBody::HeartbeatResponse {
             context: get_vec(&mut r)?,
         },
-        9 => MessageBody::InstallSnapshot {
-            snapshot: get_snapshot(&mut r)?,
+        9 => {
+            let meta = get_snapshot_meta(&mut r)?;
+            let total = r.get_u64()?;
+            let offset = r.get_u64()?;
+            let d = r.get_bytes(MAX_FRAME)?;
+            MessageBody::InstallSnapshot {
+                meta,
+                total,
+                offset,
+                // The piece stays in the frame's buffer when there is one.
+                data: match owner {
+                    Some(o) => o.slice_ref(d),
+                    None => Bytes::copy_from_slice(d),
+                },
+            }
+        }
+        14 => MessageBody::SnapshotProgress {
+            index: r.get_u64()?,
+            received: r.get_u64()?,
         },
         10 => MessageBody::TimeoutNow,
         11 => MessageBody::ReadIndex {
@@ -324,7 +354,9 @@ fn decode_message_in(b: &[u8], owner: Option<&Bytes>) -> Result<Message, WireErr
 fn size_hint(m: &Message) -> usize {
     let data: usize = match &m.body {
         MessageBody::Append { entries, .. } => entries.iter().map(|e| e.data.len() + 32).sum(),
-        MessageBody::InstallSnapshot { snapshot } => snapshot.data.len() + 256,
+        MessageBody::InstallSnapshot { data, meta, .. } => {
+            data.len() + 64 + 8 * (meta.conf.voters.len() + meta.conf.learners.len())
+        }
         _ => 0,
     };
     data + 64
@@ -603,7 +635,7 @@ impl Reassembly {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use waverunner_raft::{ConfState, Entry, EntryKind, Snapshot, SnapshotMeta};
+    use waverunner_raft::{ConfState, Entry, EntryKind, SnapshotMeta};
 
     fn roundtrip(f: Frame) {
         let mut out = Vec::new();
@@ -706,20 +738,47 @@ mod tests {
     }
 
     #[test]
-    fn a_large_snapshot_is_streamed_in_chunks() {
-        let data: Vec<u8> = (0..3 * MAX_FRAME).map(|i| (i * 7) as u8).collect();
-        let f = msg(MessageBody::InstallSnapshot {
-            snapshot: Snapshot {
-                meta: SnapshotMeta {
-                    index: 10,
-                    term: 2,
-                    conf: ConfState {
-                        voters: vec![1, 2, 3],
-                        learners: vec![4],
-                    },
-                },
-                data: data.into(),
+    fn snapshot_pieces_and_progress_roundtrip() {
+        let meta = SnapshotMeta {
+            index: 10,
+            term: 2,
+            conf: ConfState {
+                voters: vec![1, 2, 3],
+                learners: vec![4],
             },
+        };
+        let data: Vec<u8> = (0..1000).map(|i| (i * 7) as u8).collect();
+        roundtrip(msg(MessageBody::InstallSnapshot {
+            meta: meta.clone(),
+            total: 5000,
+            offset: 2000,
+            data: data.into(),
+        }));
+        roundtrip(msg(MessageBody::InstallSnapshot {
+            meta,
+            total: 0,
+            offset: 0,
+            data: Bytes::new(),
+        }));
+        roundtrip(msg(MessageBody::SnapshotProgress {
+            index: 10,
+            received: 3000,
+        }));
+    }
+
+    #[test]
+    fn a_large_message_is_streamed_in_chunks() {
+        let data: Vec<u8> = (0..3 * MAX_FRAME).map(|i| (i * 7) as u8).collect();
+        let f = msg(MessageBody::Append {
+            prev_index: 9,
+            prev_term: 2,
+            entries: vec![Entry {
+                term: 2,
+                index: 10,
+                kind: EntryKind::Normal,
+                data: data.into(),
+            }],
+            commit: 9,
         });
         let mut out = Vec::new();
         encode_frames(&f, &mut out);

@@ -34,8 +34,11 @@ pub struct Config {
     /// the Replicate state.
     pub max_inflight_msgs: usize,
     /// Pipelining window in bytes: at most this much entry data unacknowledged per follower
-    /// (an empty window always takes one message, however large its one entry).
+    /// (an empty window always takes one message, however large its one entry); also the
+    /// window of a snapshot transfer.
     pub max_inflight_bytes: usize,
+    /// A snapshot is sent in pieces of at most this many bytes.
+    pub snapshot_chunk_bytes: usize,
     /// Run a pre-vote round before a real election (Raft dissertation §9.6).
     pub pre_vote: bool,
     /// The leader steps down when it has not heard from a quorum within an election timeout,
@@ -63,6 +66,7 @@ impl Default for Config {
             max_bytes_per_msg: 1 << 20,
             max_inflight_msgs: 256,
             max_inflight_bytes: 16 << 20,
+            snapshot_chunk_bytes: 512 << 10,
             pre_vote: true,
             check_quorum: true,
             read_mode: ReadMode::ReadIndex,
@@ -91,6 +95,11 @@ impl Config {
         if self.max_entries_per_msg == 0 || self.max_bytes_per_msg == 0 {
             return Err(ConfigError::InvalidLimits(
                 "message size limits must be > 0",
+            ));
+        }
+        if self.snapshot_chunk_bytes == 0 {
+            return Err(ConfigError::InvalidLimits(
+                "snapshot_chunk_bytes must be > 0",
             ));
         }
         if self.max_inflight_msgs == 0 || self.max_inflight_bytes == 0 {

@@ -45,6 +45,7 @@ pub mod progress;
 pub mod quorum;
 pub mod raft;
 pub mod read_only;
+pub mod snapshot;
 pub mod types;
 pub mod votes;
 

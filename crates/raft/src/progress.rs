@@ -104,8 +104,16 @@ pub struct Progress {
     pub probe_sent: bool,
     /// Snapshot: index of the snapshot sent.
     pub pending_snapshot: Index,
-    /// Snapshot: heartbeat answers received while waiting (re-probe after an election timeout).
+    /// Snapshot: heartbeat answers received since the last progress (the window is resent
+    /// after a few; re-probe after an election timeout).
     pub snapshot_wait: u32,
+    /// Snapshot: the offset of the next piece to send.
+    pub snap_sent: u64,
+    /// Snapshot: how much of it the follower said it holds (the most it said).
+    pub snap_acked: u64,
+    /// Snapshot: what the follower said last (less than `snap_acked` if it lost its prefix,
+    /// or if answers were reordered).
+    pub snap_reported: u64,
     /// Heard from since the last check-quorum round.
     pub recent_active: bool,
     /// Leader tick at which it was last heard from (lease reads).
@@ -136,6 +144,9 @@ impl Progress {
             probe_sent: false,
             pending_snapshot: 0,
             snapshot_wait: 0,
+            snap_sent: 0,
+            snap_acked: 0,
+            snap_reported: 0,
             recent_active: false,
             last_active_tick: None,
             recovering: false,
@@ -150,6 +161,9 @@ impl Progress {
         self.probe_sent = false;
         self.pending_snapshot = 0;
         self.snapshot_wait = 0;
+        self.snap_sent = 0;
+        self.snap_acked = 0;
+        self.snap_reported = 0;
         self.inflights.reset();
     }
 
@@ -206,8 +220,11 @@ impl Progress {
         let updated = index > self.matched;
         if updated {
             self.matched = index;
-            self.probe_sent = false;
         }
+        // Any success answers the probe (etcd's ProbeAcked): a probe answered with the match
+        // the leader already knew (the empty append after an installed snapshot) left the
+        // follower paused until the next heartbeat.
+        self.probe_sent = false;
         self.next = self.next.max(index + 1);
         updated
     }

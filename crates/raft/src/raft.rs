@@ -39,8 +39,15 @@ pub struct Counters {
     pub dataplane_stash_dropped: u64,
     /// Empty heartbeats pushed through the data plane.
     pub dataplane_heartbeats: u64,
-    /// InstallSnapshot messages sent.
+    /// Snapshot transfers started.
     pub snapshots_sent: u64,
+    /// Snapshot pieces sent (resent ones included).
+    pub snapshot_chunks_sent: u64,
+    /// Snapshot pieces a follower dropped: duplicates, after a gap, of a transfer it missed
+    /// the start of.
+    pub snapshot_chunks_dropped: u64,
+    /// Snapshot transfers a follower dropped unfinished (a new leader, term or snapshot).
+    pub snapshot_transfers_abandoned: u64,
     /// Snapshots received and installed.
     pub snapshots_installed: u64,
     /// Append rejections received by this leader.
@@ -112,6 +119,8 @@ pub struct Raft {
     /// Term persisted when this replica restarted without its log (0 if it did not): it has
     /// caught up only with an entry of a newer term (see `maybe_finish_recovery`).
     restart_term: Term,
+    /// Follower: the snapshot being received in pieces.
+    pub(crate) incoming: Option<crate::snapshot::Incoming>,
 }
 
 impl Raft {
@@ -194,6 +203,7 @@ impl Raft {
             prev_hard: hs,
             dp: DataPlane::new(config.enable_backoff_ticks),
             restart_term: if boot.log_lost { hs.term } else { 0 },
+            incoming: None,
             cfg: config,
         };
         r.apply_conf_entries(&entries);
@@ -353,6 +363,8 @@ impl Raft {
             assert!(term > self.term, "term must never decrease");
             self.term = term;
             self.vote = 0;
+            // A transfer is tied to its leader's term.
+            self.abandon_incoming();
         }
         self.leader = 0;
         self.election_elapsed = 0;
@@ -863,8 +875,19 @@ impl Raft {
             } if *reject && (*hint_index > *index || *hint_term > m.term) => {
                 return Err(StepError::Malformed("reject hint above the rejected index"));
             }
-            MessageBody::InstallSnapshot { snapshot } => {
-                let meta = &snapshot.meta;
+            MessageBody::InstallSnapshot {
+                meta,
+                total,
+                offset,
+                data,
+            } => {
+                let end = offset.checked_add(data.len() as u64);
+                if *total > crate::snapshot::MAX_SNAPSHOT_BYTES
+                    || end.is_none_or(|e| e > *total)
+                    || (data.is_empty() && *total != 0)
+                {
+                    return Err(StepError::Malformed("snapshot piece offset/length"));
+                }
                 if meta.index == 0 || meta.term == 0 || meta.term > m.term {
                     return Err(StepError::Malformed("snapshot index/term"));
                 }
@@ -958,6 +981,10 @@ impl Raft {
                 self.handle_heartbeat_response(from, context);
                 Ok(())
             }
+            MessageBody::SnapshotProgress { index, received } => {
+                self.handle_snapshot_progress(from, index, received);
+                Ok(())
+            }
             MessageBody::ReadIndex { context } => {
                 if self.leader_read(from, context.clone()).is_err() {
                     // Refused, not dropped: the follower serves the read through the log at
@@ -1026,9 +1053,14 @@ impl Raft {
                 self.accept_leader(from)?;
                 self.handle_heartbeat(from, commit, context)?;
             }
-            MessageBody::InstallSnapshot { snapshot } => {
+            MessageBody::InstallSnapshot {
+                meta,
+                total,
+                offset,
+                data,
+            } => {
                 self.accept_leader(from)?;
-                self.handle_snapshot(from, snapshot);
+                self.handle_snapshot_chunk(from, meta, total, offset, data);
             }
             MessageBody::TimeoutNow => {
                 // Leader transfer: campaign now, forced (hup ignores non-promotable replicas).
@@ -1052,7 +1084,7 @@ impl Raft {
 
     // ----------------------------------------------------------------- follower: replication
 
-    fn append_response(
+    pub(crate) fn append_response(
         &mut self,
         to: NodeId,
         reject: bool,
@@ -1137,26 +1169,6 @@ impl Raft {
         Ok(())
     }
 
-    fn handle_snapshot(&mut self, from: NodeId, snapshot: Snapshot) {
-        let (index, term) = (snapshot.meta.index, snapshot.meta.term);
-        if index <= self.log.committed() {
-            let c = self.log.committed();
-            self.append_response(from, false, c, 0, 0);
-            return;
-        }
-        if self.log.match_term(index, term) {
-            // We have the entries: just fast-forward the commit.
-            self.log.commit_to(index);
-            self.append_response(from, false, index, 0, 0);
-            return;
-        }
-        let conf = snapshot.meta.conf.clone();
-        self.log.restore(snapshot);
-        self.confs = vec![(index, conf)];
-        self.counters.snapshots_installed += 1;
-        self.append_response(from, false, index, 0, 0);
-    }
-
     /// A recovering replica becomes a follower once its commit index points to an entry of
     /// the current leader's term, and that term is newer than the term it restarted in. Every
     /// entry committed with an acknowledgement it lost was committed in a term no newer than
@@ -1212,14 +1224,7 @@ impl Raft {
         let prev_term = self.log.term(prev_index);
         let compacted = prev_term.is_none() || (next <= last && next < self.log.first_index());
         if compacted {
-            let Some(snap) = self.log.snapshot().cloned() else {
-                return false;
-            };
-            let pr = self.prs.get_mut(&to).expect("present");
-            pr.become_snapshot(snap.meta.index);
-            self.counters.snapshots_sent += 1;
-            self.send(to, MessageBody::InstallSnapshot { snapshot: snap });
-            return true;
+            return self.start_snapshot(to);
         }
         let entries = self.log.slice(
             next,
@@ -1422,9 +1427,16 @@ impl Raft {
         if pr.state == ProgressState::Snapshot {
             pr.snapshot_wait += 1;
             if pr.snapshot_wait >= election_tick {
-                pr.become_probe(); // the snapshot was probably lost
+                // No progress for an election timeout: probe again (a new transfer of the
+                // same snapshot resumes where the follower's prefix ends).
+                pr.become_probe();
+            } else {
+                self.snapshot_stalled(from);
             }
         }
+        let Some(pr) = self.prs.get(&from) else {
+            return;
+        };
         if pr.matched < last || pr.recovering {
             // Possibly lost appends, or a recovering replica whose "caught up" answer may have
             // been lost: an (even empty) append makes the follower reveal its log and state.

@@ -251,8 +251,17 @@ pub enum MessageBody {
     Heartbeat { commit: Index, context: Vec<u8> },
     /// Answer to a heartbeat, echoing its context.
     HeartbeatResponse { context: Vec<u8> },
-    /// InstallSnapshot (§7), sent whole.
-    InstallSnapshot { snapshot: Snapshot },
+    /// InstallSnapshot (§7), one piece: `data` is the snapshot's bytes at `offset` of its
+    /// `total` (see `snapshot.rs`).
+    InstallSnapshot {
+        meta: SnapshotMeta,
+        total: u64,
+        offset: u64,
+        data: Bytes,
+    },
+    /// A follower holds the first `received` bytes of the snapshot at `index` (answers every
+    /// piece but the last, which an AppendResponse answers once installed).
+    SnapshotProgress { index: Index, received: u64 },
     /// Leader transfer: campaign now, forced.
     TimeoutNow,
     /// A follower forwarding a ReadIndex request to the leader.

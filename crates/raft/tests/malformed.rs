@@ -82,7 +82,10 @@ fn malformed_messages_are_rejected_and_counted() {
                 2,
                 1,
                 MessageBody::InstallSnapshot {
-                    snapshot: Snapshot::default(),
+                    meta: SnapshotMeta::default(),
+                    total: 0,
+                    offset: 0,
+                    data: vec![].into(),
                 },
             ),
             "snapshot index 0",
@@ -93,14 +96,14 @@ fn malformed_messages_are_rejected_and_counted() {
                 2,
                 1,
                 MessageBody::InstallSnapshot {
-                    snapshot: Snapshot {
-                        meta: SnapshotMeta {
-                            index: 5,
-                            term: 1,
-                            conf: ConfState::default(),
-                        },
-                        data: vec![].into(),
+                    meta: SnapshotMeta {
+                        index: 5,
+                        term: 1,
+                        conf: ConfState::default(),
                     },
+                    total: 0,
+                    offset: 0,
+                    data: vec![].into(),
                 },
             ),
             "snapshot with no voters",
@@ -111,17 +114,17 @@ fn malformed_messages_are_rejected_and_counted() {
                 2,
                 1,
                 MessageBody::InstallSnapshot {
-                    snapshot: Snapshot {
-                        meta: SnapshotMeta {
-                            index: 5,
-                            term: 1,
-                            conf: ConfState {
-                                voters: vec![3, 1],
-                                learners: vec![],
-                            },
+                    meta: SnapshotMeta {
+                        index: 5,
+                        term: 1,
+                        conf: ConfState {
+                            voters: vec![3, 1],
+                            learners: vec![],
                         },
-                        data: vec![].into(),
                     },
+                    total: 0,
+                    offset: 0,
+                    data: vec![].into(),
                 },
             ),
             "snapshot with unsorted conf",
@@ -286,7 +289,7 @@ fn random_messages_never_panic() {
         let pt = rnd(3);
         let n = rnd(3);
         let entries: Vec<Entry> = (0..n).map(|i| entry(rnd(4), pi + 1 + i + rnd(2))).collect();
-        let body = match rnd(13) {
+        let body = match rnd(14) {
             0 => MessageBody::PreVote {
                 last_index: rnd(6),
                 last_term: rnd(4),
@@ -330,16 +333,25 @@ fn random_messages_never_panic() {
                 index: rnd(6),
             },
             11 => MessageBody::ReadIndexRefused { context: vec![1] },
-            _ => MessageBody::InstallSnapshot {
-                snapshot: Snapshot {
+            12 => MessageBody::SnapshotProgress {
+                index: rnd(6),
+                received: rnd(8),
+            },
+            _ => {
+                let total = rnd(8);
+                let offset = rnd(8);
+                let len = rnd(4) as usize;
+                MessageBody::InstallSnapshot {
                     meta: SnapshotMeta {
                         index: rnd(6),
                         term: rnd(4),
                         conf: conf(&[1, 2, 3]),
                     },
-                    data: vec![].into(),
-                },
-            },
+                    total,
+                    offset,
+                    data: vec![7; len].into(),
+                }
+            }
         };
         let _ = net.rm(to).step(Message {
             from,

@@ -84,6 +84,12 @@ pub struct Stats {
     /// Leaders the adversary crashed or isolated right after their election.
     pub deposed: u64,
     pub snapshots_installed: u64,
+    /// InstallSnapshot pieces delivered, those the receiver dropped (duplicates, after a gap,
+    /// of a transfer it missed the start of), and transfers abandoned unfinished (a new
+    /// leader, term or snapshot).
+    pub snapshot_pieces: u64,
+    pub snapshot_pieces_dropped: u64,
+    pub snapshot_transfers_abandoned: u64,
     pub retransmissions: u64,
     /// REJECTs sent by followers whose data plane was off.
     pub fast_rejects: u64,
@@ -374,6 +380,14 @@ impl World {
             max_entries_per_msg: self.batch,
             max_bytes_per_msg: 64 * 1024,
             max_inflight_msgs: 16,
+            // Snapshots of a few hundred bytes in pieces of 8 B to 64 KiB: many pieces in
+            // flight (even seeds' 200-byte window), one at a time, all at once, or whole.
+            snapshot_chunk_bytes: match self.seed % 4 {
+                0 => 8,
+                1 => 40,
+                2 => 256,
+                _ => 64 << 10,
+            },
             // Half the seeds with a byte window of a few entries, so it binds.
             max_inflight_bytes: if self.seed.is_multiple_of(2) {
                 200
@@ -586,8 +600,16 @@ impl World {
         match pkt {
             Packet::Raft(m) => {
                 let raft = n.raft.as_mut().unwrap();
+                let piece = matches!(m.body, MessageBody::InstallSnapshot { .. });
+                let before = raft.counters().clone();
                 // Malformed or stale messages are refused with an error: never a crash.
                 let _ = raft.step(m);
+                let after = raft.counters();
+                self.stats.snapshot_pieces += u64::from(piece);
+                self.stats.snapshot_pieces_dropped +=
+                    after.snapshot_chunks_dropped - before.snapshot_chunks_dropped;
+                self.stats.snapshot_transfers_abandoned +=
+                    after.snapshot_transfers_abandoned - before.snapshot_transfers_abandoned;
                 self.drive(to);
             }
             Packet::Fast(hdr, payload) => self.fast_ingress(to, from, hdr, payload),
