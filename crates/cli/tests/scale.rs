@@ -199,6 +199,9 @@ fn a_wiped_follower_installs_a_snapshot_while_writes_continue() {
         fst.counters
     );
     assert_eq!(fst.keys, 50_000 + acked.len() as u64);
+    // Sent in pieces (512 KiB each; the state is over 5 MB), each answered.
+    let pieces: u64 = sts.iter().map(|s| s.counters.snapshot_pieces_sent).sum();
+    assert!(pieces >= 10, "snapshot pieces sent: {pieces}");
     // Every acknowledged write is on the follower that started from nothing.
     let mut script = String::new();
     for k in acked.iter().step_by((acked.len() / 200).max(1)) {

@@ -243,6 +243,13 @@ pub struct Counters {
     pub snapshots_taken: u64,
     /// Snapshots installed from a leader.
     pub snapshots_installed: u64,
+    /// InstallSnapshot pieces sent (resent ones included).
+    pub snapshot_pieces_sent: u64,
+    /// InstallSnapshot pieces dropped on arrival (duplicates, too far ahead, of a transfer
+    /// whose start was missed).
+    pub snapshot_pieces_dropped: u64,
+    /// Snapshot transfers dropped unfinished (a new leader, term or snapshot).
+    pub snapshot_transfers_abandoned: u64,
     /// Storage fsyncs.
     pub fsyncs: u64,
     /// Raft messages the core rejected as malformed or out of place.
@@ -449,6 +456,21 @@ impl Status {
                 "snapshots_installed_total",
                 "Snapshots installed.",
                 c.snapshots_installed,
+            ),
+            (
+                "snapshot_pieces_sent_total",
+                "InstallSnapshot pieces sent, resent ones included.",
+                c.snapshot_pieces_sent,
+            ),
+            (
+                "snapshot_pieces_dropped_total",
+                "InstallSnapshot pieces dropped on arrival: duplicates, too far ahead, of a transfer whose start was missed.",
+                c.snapshot_pieces_dropped,
+            ),
+            (
+                "snapshot_transfers_abandoned_total",
+                "Snapshot transfers dropped unfinished: a new leader, term or snapshot.",
+                c.snapshot_transfers_abandoned,
             ),
             ("fsyncs_total", "Storage syncs.", c.fsyncs),
             (

@@ -1636,7 +1636,11 @@ impl<S: StateMachine> Replica<S> {
         self.counters.frames_dropped = t.frames_dropped.load(Ordering::Relaxed);
         self.counters.peer_connections_lost = t.closed_found.load(Ordering::Relaxed);
         self.counters.keepalives_sent = self.keepalive.sent.load(Ordering::Relaxed);
-        self.counters.messages_rejected = self.raft.counters().messages_rejected;
+        let rc = self.raft.counters();
+        self.counters.messages_rejected = rc.messages_rejected;
+        self.counters.snapshot_pieces_sent = rc.snapshot_chunks_sent;
+        self.counters.snapshot_pieces_dropped = rc.snapshot_chunks_dropped;
+        self.counters.snapshot_transfers_abandoned = rc.snapshot_transfers_abandoned;
         let conf = self.raft.conf_state().clone();
         let members = self.member_status();
         let (fastpath, replication_latency_ns) = self.fastpath_status();
