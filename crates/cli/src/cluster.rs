@@ -409,7 +409,7 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
             tick_ms: opts.tick_ms,
             election_ticks: opts.election_ticks,
             // The rest are the replica's own defaults (a unit test keeps them in step).
-            heartbeat_ticks: 1,
+            heartbeat_ticks: 3,
             snapshot_entries: 10_000,
             snapshot_bytes: 64 << 20,
             request_timeout_ms: 3_000,

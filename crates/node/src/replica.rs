@@ -671,7 +671,7 @@ impl<S: StateMachine> Replica<S> {
         // came late still comes after the ticks it missed. Other events keep their order and
         // come after all the ticks (a read never sees the clock of before the stall).
         let mut replayed = 0;
-        if missed >= 5 {
+        if missed >= 10 {
             tracing::info!(
                 "node {}: the loop missed {missed} ticks (role {:?})",
                 self.cfg.id,
