@@ -200,7 +200,8 @@ pub fn run(a: NodeArgs) -> ExitCode {
     };
     tracing::info!("node {id} started");
     while !stop.load(Ordering::Relaxed) && running.is_running() {
-        std::thread::sleep(Duration::from_millis(50));
+        // A signal is noticed within 200 ms (an idle replica's wake-ups are counted).
+        std::thread::sleep(Duration::from_millis(200));
     }
     let signalled = stop.load(Ordering::Relaxed);
     match running.shutdown() {

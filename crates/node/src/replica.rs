@@ -54,6 +54,9 @@ fn request_deadline(timeout_ms: u64, len: usize) -> Duration {
         + Duration::from_millis(len as u64 * 1_000 / LARGE_REQUEST_BYTES_PER_SEC)
 }
 
+/// The most ticks an idle loop sleeps through (the status it publishes is at most this old).
+const MAX_IDLE_TICKS: u32 = 10;
+
 const SLOW_DRIVE: Duration = Duration::from_millis(50);
 
 /// Why a client request failed.
@@ -250,6 +253,8 @@ pub struct KeepAlive {
     msgs: Mutex<Vec<Message>>,
     /// Milliseconds since `epoch` at the loop's last tick.
     last_tick_ms: AtomicU64,
+    /// Milliseconds since `epoch` until which the loop sleeps on purpose (idle): not a stall.
+    idle_until_ms: AtomicU64,
     epoch: OnceLock<Instant>,
     /// Keepalive messages sent.
     pub sent: AtomicU64,
@@ -273,11 +278,16 @@ pub fn run_keepalive(
 ) {
     let stale = 2 * tick.as_millis() as u64;
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(2 * tick);
-        let since = ka
-            .now_ms()
-            .saturating_sub(ka.last_tick_ms.load(Ordering::Relaxed));
-        if since <= stale {
+        // Wakes when a stall could first be seen: two ticks after the loop's last tick, or
+        // after the end of its idle sleep (an idle leader's loop sleeps until its heartbeat).
+        let last = ka
+            .last_tick_ms
+            .load(Ordering::Relaxed)
+            .max(ka.idle_until_ms.load(Ordering::Relaxed));
+        let now = ka.now_ms();
+        if now < last + stale {
+            let ms = (last + stale - now).clamp(1, 2 * stale);
+            std::thread::sleep(Duration::from_millis(ms));
             continue;
         }
         let msgs = ka.msgs.lock().expect("keepalive").clone();
@@ -285,6 +295,7 @@ pub fn run_keepalive(
             ka.sent.fetch_add(1, Ordering::Relaxed);
             transport.send(m.to, Frame::Raft(m));
         }
+        std::thread::sleep(2 * tick);
     }
 }
 
@@ -638,6 +649,30 @@ impl<S: StateMachine> Replica<S> {
         self.transport.remove_peer(id);
     }
 
+    /// When the loop, with no event, must wake: at the next tick, or (nothing waits for a
+    /// tick: no request, retry, admin command, snapshot job or data plane) at the first tick
+    /// that does more than count ([`Raft::idle_ticks`]), the ticks between replayed then. An
+    /// idle leader wakes for its heartbeats, an idle follower for its leader's, instead of a
+    /// hundred times a second.
+    fn idle_wake(&self, next_tick: Instant, tick: Duration) -> Instant {
+        let busy = self.dp.is_some()
+            || !self.requests.is_empty()
+            || !self.retry.is_empty()
+            || !self.admin_pending.is_empty()
+            || !self.snap_waiters.is_empty()
+            || self.snap_job.is_some();
+        let ticks = if busy {
+            1
+        } else {
+            self.raft.idle_ticks().min(MAX_IDLE_TICKS)
+        };
+        let wake = next_tick + tick * (ticks - 1);
+        let ka = &self.keepalive;
+        let ms = ka.now_ms() + wake.saturating_duration_since(Instant::now()).as_millis() as u64;
+        ka.idle_until_ms.store(ms, Ordering::Relaxed);
+        wake
+    }
+
     /// Counts the ticks that elapsed up to now, if any, and sends what they produced.
     fn tick_if_due(
         &mut self,
@@ -725,7 +760,10 @@ impl<S: StateMachine> Replica<S> {
             self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
             let first = match backlog.pop_front() {
                 Some(ev) => Ok(ev),
-                None => rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())),
+                None => {
+                    let wake = self.idle_wake(next_tick, tick);
+                    rx.recv_timeout(wake.saturating_duration_since(Instant::now()))
+                }
             };
             match first {
                 Ok(ev) => {

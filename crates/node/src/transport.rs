@@ -39,7 +39,7 @@ const BULK_FORWARD: usize = 16 << 10;
 pub const MAX_INBOUND: usize = 64;
 /// How often an idle sender checks that its peer has not closed the connection (a sender also
 /// checks before every write, so this only starts a reconnection earlier).
-const IDLE_CHECK: Duration = Duration::from_millis(100);
+const IDLE_CHECK: Duration = Duration::from_millis(500);
 /// The longest wait between connection attempts to an unreachable peer: a restarted peer is
 /// reached within this of listening again (its first messages, votes included, are lost
 /// until then).

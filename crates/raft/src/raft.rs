@@ -328,6 +328,32 @@ impl Raft {
         self.conf_state().is_voter(self.cfg.id) && self.role != Role::Recovering
     }
 
+    /// How many ticks from now the first one that does more than count comes (a heartbeat,
+    /// check-quorum, a campaign, a transfer's timeout; at least 1): a host with nothing else
+    /// to do may sleep until then and replay the ticks when it wakes (an idle replica then
+    /// wakes for its heartbeats, not a hundred times a second). 1 whenever a data plane may
+    /// be involved: it keeps its own timers.
+    pub fn idle_ticks(&self) -> u32 {
+        if self.cfg.dataplane || self.dp.state != DataPlaneState::Off {
+            return 1;
+        }
+        let left = |limit: u32, elapsed: u32| limit.saturating_sub(elapsed).max(1);
+        match self.role {
+            Role::Leader => {
+                let mut n = left(self.cfg.heartbeat_tick, self.heartbeat_elapsed)
+                    .min(left(self.cfg.election_tick, self.election_elapsed));
+                if self.transferee != 0 {
+                    n = n.min(left(self.cfg.election_tick, self.transfer_elapsed));
+                }
+                n
+            }
+            _ if self.promotable() => left(self.randomized_timeout, self.election_elapsed),
+            // A learner or a recovering replica never campaigns; its clock still counts (the
+            // lease test of votes), which replayed ticks keep.
+            _ => self.cfg.election_tick,
+        }
+    }
+
     /// Heard from a leader within the (minimum) election timeout.
     pub(crate) fn in_lease(&self) -> bool {
         self.cfg.check_quorum && self.leader != 0 && self.election_elapsed < self.cfg.election_tick

@@ -342,3 +342,44 @@ fn recovering_in_the_leaders_term_finishes_only_after_a_newer_term() {
         vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
     );
 }
+
+/// `idle_ticks`: the ticks before it pass without a message or a role change, and the tick it
+/// names does something (a leader's heartbeat, a follower's campaign) — a host may sleep
+/// through the first and must wake for the last.
+#[test]
+fn idle_ticks_name_the_first_tick_that_does_something() {
+    let mut net = Net::with(&[1, 2, 3], |c| c.heartbeat_tick = 3);
+    net.elect(1);
+    net.propose(1, b"x");
+    for round in 0..30 {
+        for id in [1u64, 2, 3] {
+            net.stabilize();
+            let k = net.r(id).idle_ticks();
+            assert!(k >= 1);
+            let (role, term) = (net.r(id).role(), net.r(id).term());
+            for _ in 1..k {
+                net.rm(id).tick();
+                let msgs = net.node(id).handle_ready();
+                assert!(
+                    msgs.is_empty(),
+                    "round {round}, node {id}: a tick before the one idle_ticks named sent {msgs:?}"
+                );
+                assert_eq!((net.r(id).role(), net.r(id).term()), (role, term));
+            }
+            net.rm(id).tick();
+            let msgs = net.node(id).handle_ready();
+            // A leader's named tick may be a check-quorum that passes silently; a follower's
+            // is its campaign.
+            let acted = !msgs.is_empty() || net.r(id).role() != role;
+            assert!(
+                acted || role == Role::Leader,
+                "round {round}, node {id}: the tick idle_ticks named did nothing"
+            );
+            net.deliver(msgs);
+        }
+        if round == 10 {
+            // Followers of a leader that went away campaign when idle_ticks said.
+            net.isolate(1);
+        }
+    }
+}
