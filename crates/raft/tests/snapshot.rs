@@ -139,21 +139,26 @@ fn lost_reordered_and_duplicated_pieces_still_install_the_same_bytes() {
     assert_eq!(net.nodes[&3].applied_data(), vec![b"after".to_vec()]);
 }
 
-#[test]
-fn a_follower_that_restarted_mid_transfer_gets_it_from_the_start() {
-    let mut net = lagging(3);
-    // Only the first pieces arrive; then node 3 restarts with nothing of the transfer.
+/// Runs a tick in which only the first `n` snapshot pieces get through.
+fn first_pieces_only(net: &mut Net, n: u32) {
     let seen = std::rc::Rc::new(std::cell::Cell::new(0));
     let s = seen.clone();
     net.filter = Some(Box::new(move |m| {
         if let MessageBody::InstallSnapshot { .. } = m.body {
             s.set(s.get() + 1);
-            return s.get() > 2;
+            return s.get() > n;
         }
         false
     }));
     net.tick(1);
-    assert!(seen.get() >= 2);
+    assert!(seen.get() >= n, "the transfer started");
+}
+
+#[test]
+fn a_follower_that_restarted_mid_transfer_gets_it_from_the_start() {
+    let mut net = lagging(3);
+    // Only the first pieces arrive; then node 3 restarts with nothing of the transfer.
+    first_pieces_only(&mut net, 2);
     net.restart(3, false);
     net.filter = None;
     net.tick(30);
@@ -170,17 +175,7 @@ fn a_leader_change_mid_transfer_starts_the_transfer_over() {
     let applied = net.r(2).applied_index();
     net.rm(2).compact(applied, state(5)).unwrap();
     // Node 3 gets the first pieces from node 1 only.
-    let seen = std::rc::Rc::new(std::cell::Cell::new(0));
-    let s = seen.clone();
-    net.filter = Some(Box::new(move |m| {
-        if let MessageBody::InstallSnapshot { .. } = m.body {
-            s.set(s.get() + 1);
-            return s.get() > 2;
-        }
-        false
-    }));
-    net.tick(1);
-    assert!(seen.get() >= 2);
+    first_pieces_only(&mut net, 2);
     net.filter = None;
     // Node 1 goes away; node 2 takes over in a new term and sends its own snapshot.
     net.isolate(1);

@@ -80,6 +80,7 @@ pub fn serve_tcp(
             .name(format!("{proto:?}-conn").to_lowercase())
             .spawn(move || {
                 let _slot = slot;
+                crate::priority::client_thread();
                 let _ = s.set_nodelay(true);
                 let r = match proto {
                     Protocol::Redis => redis_conn(&mut s, &h, limits, &st),
