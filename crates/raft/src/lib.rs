@@ -39,6 +39,7 @@
 
 pub mod config;
 pub mod dataplane;
+pub mod entries;
 pub mod errors;
 pub mod log;
 pub mod progress;

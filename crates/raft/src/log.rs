@@ -4,8 +4,7 @@
 //! Indexes: `snapshot index (offset) < first_index() <= ... <= last_index()`.
 //! Watermarks: `applied <= committed <= last_index()`, `stable <= handed <= last_index()`.
 
-use std::collections::VecDeque;
-
+use crate::entries::Entries;
 use crate::types::{Entry, Index, Snapshot, Term};
 
 /// The log of one replica.
@@ -17,10 +16,11 @@ pub struct RaftLog {
     /// Index and term of the last entry covered by the snapshot.
     offset: Index,
     offset_term: Term,
-    /// Entries `offset + 1 ..= last_index()`. A deque: compaction drops entries from the
-    /// front in O(dropped), where a vector moved every remaining entry (millions of them in
-    /// the trailing window of a large state: 100 ms and more on the loop at each snapshot).
-    entries: VecDeque<Entry>,
+    /// Entries `offset + 1 ..= last_index()`, in blocks: compaction drops entries from the
+    /// front in O(dropped) and growth copies no more than a block (a vector moved or copied
+    /// every entry: millions of them in the trailing window of a large state, 100 ms and more
+    /// on the loop).
+    entries: Entries,
     /// Highest index known to be committed.
     committed: Index,
     /// Committed entries up to here were handed out in a ready.
@@ -46,7 +46,7 @@ impl RaftLog {
             snapshot_pending: false,
             offset,
             offset_term,
-            entries: entries.into(),
+            entries: Entries::from_vec(entries),
             committed: offset,
             handed_committed: offset,
             applied: offset,
@@ -237,7 +237,7 @@ impl RaftLog {
         let index = snapshot.meta.index;
         assert!(index > self.offset && index <= self.applied);
         assert_eq!(self.term(index), Some(snapshot.meta.term));
-        self.entries.drain(..(index - self.offset) as usize);
+        self.entries.drain_front((index - self.offset) as usize);
         self.offset = index;
         self.offset_term = snapshot.meta.term;
         self.snapshot = Some(snapshot);
@@ -248,7 +248,7 @@ impl RaftLog {
         let lo = self.handed + 1;
         let out = if lo <= self.last_index() {
             let from = (lo - self.offset - 1) as usize;
-            self.entries.range(from..).cloned().collect()
+            self.entries.clone_from_index(from)
         } else {
             Vec::new()
         };
