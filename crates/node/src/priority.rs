@@ -31,10 +31,15 @@ pub const CLIENT_NICE: libc::c_int = 5;
 /// leader's frames and ran pre-vote rounds (once an election). Lowering a thread's own
 /// priority needs no privilege.
 pub fn client_thread() {
+    let _ = set_nice(CLIENT_NICE);
+}
+
+/// Sets the calling thread's nice value; its thread id if that worked.
+fn set_nice(nice: libc::c_int) -> Option<libc::id_t> {
     // SAFETY: gettid and setpriority on the calling thread have no memory preconditions.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        let _ = libc::setpriority(libc::PRIO_PROCESS, tid, CLIENT_NICE);
+        (libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0).then_some(tid)
     }
 }
 
@@ -49,25 +54,18 @@ pub struct LowPriority(Option<libc::id_t>);
 impl LowPriority {
     /// Lowers the calling thread's priority until the guard is dropped.
     pub fn new() -> LowPriority {
-        // SAFETY: gettid, geteuid and setpriority on the calling thread have no memory
-        // preconditions.
-        unsafe {
-            if libc::geteuid() != 0 {
-                return LowPriority(None);
-            }
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            if libc::setpriority(libc::PRIO_PROCESS, tid, 10) != 0 {
-                return LowPriority(None);
-            }
-            LowPriority(Some(tid))
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return LowPriority(None);
         }
+        LowPriority(set_nice(10))
     }
 }
 
 impl Drop for LowPriority {
     fn drop(&mut self) {
         if let Some(tid) = self.0 {
-            // SAFETY: as above.
+            // SAFETY: setpriority on this thread has no memory preconditions.
             unsafe {
                 let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 0);
             }

@@ -41,8 +41,6 @@ pub const MAX_IN_FLIGHT: usize = 100_000;
 /// ([`StateMachine::housekeeping`]).
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(100);
 
-/// A ready batch that takes longer than this to persist, send and apply is logged and counted
-/// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
 /// A large request's deadline is later by a second per this many bytes: a 64 MiB value
 /// crosses the network twice and is copied and hashed on every replica, which a busy
 /// two-core machine took over two seconds to do.
@@ -67,6 +65,8 @@ fn request_deadline(timeout_ms: u64, len: usize) -> Duration {
 /// The most ticks an idle loop sleeps through (the status it publishes is at most this old).
 const MAX_IDLE_TICKS: u32 = 10;
 
+/// A ready batch that takes longer than this to persist, send and apply is logged and counted
+/// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
 const SLOW_DRIVE: Duration = Duration::from_millis(50);
 
 /// Why a client request failed.
@@ -650,6 +650,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// Stops talking to a removed member.
     fn forget_peer(&mut self, id: u64) {
+        self.heard.remove(&id);
         if self.peer_addrs.remove(&id).is_some() {
             tracing::info!(
                 "node {}: stopped talking to removed member {id}",
@@ -785,11 +786,12 @@ impl<S: StateMachine> Replica<S> {
                     if !self.on_event(ev) {
                         break 'outer;
                     }
-                    if t.elapsed() > SLOW_DRIVE {
+                    let took = t.elapsed();
+                    if took > SLOW_DRIVE {
                         tracing::info!(
                             "node {}: one event took {} ms",
                             self.cfg.id,
-                            t.elapsed().as_millis()
+                            took.as_millis()
                         );
                     }
                     // Take what else is queued before persisting: one sync for all (group commit).

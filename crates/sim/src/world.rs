@@ -601,15 +601,17 @@ impl World {
             Packet::Raft(m) => {
                 let raft = n.raft.as_mut().unwrap();
                 let piece = matches!(m.body, MessageBody::InstallSnapshot { .. });
-                let before = raft.counters().clone();
+                let counts = |r: &Raft| {
+                    let c = r.counters();
+                    (c.snapshot_chunks_dropped, c.snapshot_transfers_abandoned)
+                };
+                let before = counts(raft);
                 // Malformed or stale messages are refused with an error: never a crash.
                 let _ = raft.step(m);
-                let after = raft.counters();
+                let after = counts(raft);
                 self.stats.snapshot_pieces += u64::from(piece);
-                self.stats.snapshot_pieces_dropped +=
-                    after.snapshot_chunks_dropped - before.snapshot_chunks_dropped;
-                self.stats.snapshot_transfers_abandoned +=
-                    after.snapshot_transfers_abandoned - before.snapshot_transfers_abandoned;
+                self.stats.snapshot_pieces_dropped += after.0 - before.0;
+                self.stats.snapshot_transfers_abandoned += after.1 - before.1;
                 self.drive(to);
             }
             Packet::Fast(hdr, payload) => self.fast_ingress(to, from, hdr, payload),
