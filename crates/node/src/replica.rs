@@ -1461,6 +1461,9 @@ impl<S: StateMachine> Replica<S> {
                     Some(cc) => {
                         self.state.apply_conf(e.index, cc);
                         self.on_conf_applied(cc);
+                        // A membership change is in `/status` at once, not at the next tick
+                        // (an idle follower ticks only when its timers need it).
+                        self.publish();
                     }
                     None => self.state.skip(e.index),
                 }
