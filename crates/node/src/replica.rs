@@ -461,6 +461,8 @@ pub struct Replica<S: StateMachine> {
     transport: Arc<Transport>,
     status: Arc<Mutex<Status>>,
     keepalive: Arc<KeepAlive>,
+    /// The term, role and leader last in `/status`.
+    published: (u64, Role, u64),
     /// When the transport last received a frame from each peer (for the log line that
     /// explains a leader's step-down; bounded by the members).
     heard: HashMap<u64, Instant>,
@@ -579,6 +581,7 @@ impl<S: StateMachine> Replica<S> {
             transport,
             status,
             keepalive,
+            published: (0, Role::Follower, 0),
             heard: HashMap::new(),
             addresses,
             // Request ids are unique across restarts: an entry proposed by an earlier
@@ -1327,6 +1330,11 @@ impl<S: StateMachine> Replica<S> {
             self.serve_reads();
             self.maybe_compact()?;
         }
+        // A new term, role or leader is in `/status` at once: an idle replica publishes only
+        // when it ticks, and it ticks only when its timers need it.
+        if self.published != (self.raft.term(), self.raft.role(), self.raft.leader()) {
+            self.publish();
+        }
         Ok(())
     }
 
@@ -1688,6 +1696,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn publish(&mut self) {
+        self.published = (self.raft.term(), self.raft.role(), self.raft.leader());
         let t = &self.transport.stats;
         self.counters.frames_rejected = t.frames_rejected.load(Ordering::Relaxed);
         self.counters.frames_dropped = t.frames_dropped.load(Ordering::Relaxed);
