@@ -559,7 +559,10 @@ impl<S: StateMachine> Replica<S> {
             defer_ack: dp.is_some() && cfg.durability == DurabilityMode::Fsync,
             ..RaftConfig::default()
         };
-        let raft = Raft::new(rcfg, boot).map_err(|e| Fatal(format!("cannot start Raft: {e}")))?;
+        let mut raft =
+            Raft::new(rcfg, boot).map_err(|e| Fatal(format!("cannot start Raft: {e}")))?;
+        // A leader's snapshot is received into a file, never whole in memory.
+        raft.set_snapshot_sink(snap_files.sink());
         let next_req = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
@@ -1615,12 +1618,16 @@ impl<S: StateMachine> Replica<S> {
             .name(format!("snapshot-{}", self.cfg.id))
             .spawn(move || {
                 let _low = crate::priority::LowPriority::new();
-                let snap = Snapshot {
-                    meta,
-                    data: job.run().into(),
-                };
-                let r = files.write(&snap).map(|()| snap);
-                let _ = tx.send(r.map_err(|e| e.to_string()));
+                // Streamed to a file, never whole in memory; the snapshot's data is then a
+                // mapping of that file.
+                let r = files
+                    .create(meta)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut w| {
+                        job.write_to(&mut w).map_err(|e| e.to_string())?;
+                        w.finish().map_err(|e| e.to_string())
+                    });
+                let _ = tx.send(r);
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start a snapshot thread: {e}");

@@ -97,20 +97,31 @@ pub struct SnapshotJob {
     tail: Vec<u8>,
 }
 
+/// First word of a snapshot in the streamed layout: `STREAMED`, the clock, the sessions, the
+/// address book, then the state machine's bytes to the end, unprefixed, so that they stream
+/// to a file without their length being known first. The older layout began with the clock
+/// (ms since the Unix epoch, never this value) and put the state machine, length-prefixed,
+/// between the sessions and the address book; it still restores.
+const STREAMED: u64 = u64::from_le_bytes(*b"WRSNAP02");
+
 impl SnapshotJob {
-    /// The snapshot's bytes (what [`Replicated::restore`] takes). O(state): run it off the loop.
+    /// Writes the snapshot's bytes (what [`Replicated::restore`] takes) to `w`. O(state): run
+    /// it off the loop.
+    pub fn write_to(self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        w.write_all(&STREAMED.to_le_bytes())?;
+        w.write_all(&self.head)?;
+        w.write_all(&self.tail)?;
+        self.sm.write_to(w)
+    }
+
+    /// The snapshot's bytes in memory (tests and the simulator; the node streams them to a
+    /// file with [`SnapshotJob::write_to`]).
     pub fn run(self) -> Vec<u8> {
-        // One buffer, written once: head, the state machine's length and bytes, tail.
-        let bound = self.head.len() + 4 + self.sm.len_bound() + self.tail.len();
-        let mut w = Writer::with_capacity(bound);
-        w.put_raw(&self.head);
-        w.put_bytes_from(|out| {
-            self.sm
-                .write_to(out)
-                .expect("a state machine's snapshot written to memory")
-        });
-        w.put_raw(&self.tail);
-        w.into_inner()
+        let bound = 8 + self.head.len() + self.tail.len() + self.sm.len_bound();
+        let mut out = Vec::with_capacity(bound);
+        self.write_to(&mut out)
+            .expect("a snapshot written to memory");
+        out
     }
 }
 
@@ -442,59 +453,35 @@ impl<S: StateMachine> Replicated<S> {
         }
     }
 
-    /// Restores sessions and state machine from a snapshot taken at `index`.
+    /// Restores sessions and state machine from a snapshot taken at `index`: all of it, or
+    /// nothing (a damaged snapshot is refused with the reason).
     pub fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
         let bad = |e: CodecError| format!("snapshot: {e}");
         let mut r = Reader::new(data);
-        let now_ms = r.get_u64().map_err(bad)?;
-        let n = r.get_u32().map_err(bad)? as usize;
-        if n > MAX_SESSIONS {
-            return Err(format!("snapshot: {n} sessions, more than {MAX_SESSIONS}"));
-        }
-        let mut sessions = BTreeMap::new();
-        for _ in 0..n {
-            let id = r.get_u64().map_err(bad)?;
-            let seq = r.get_u64().map_err(bad)?;
-            let last_index = r.get_u64().map_err(bad)?;
-            let result = r.get_bytes(MAX_DATA).map_err(bad)?.to_vec();
-            sessions.insert(
-                id,
-                Session {
-                    seq,
-                    result,
-                    last_index,
-                },
-            );
-        }
-        let sm = r
-            .get_bytes(waverunner_storage::codec::MAX_SNAPSHOT_DATA)
-            .map_err(bad)?;
-        let mut members = BTreeMap::new();
-        let mut removed = BTreeSet::new();
-        if r.remaining() > 0 {
-            let n = r.get_u32().map_err(bad)? as usize;
-            if n > MAX_MEMBERS {
-                return Err(format!("snapshot: {n} members, more than {MAX_MEMBERS}"));
-            }
-            for _ in 0..n {
-                let id = r.get_u64().map_err(bad)?;
-                let raft = get_addr(&mut r)
-                    .map_err(bad)?
-                    .ok_or("snapshot: a member without an address")?;
-                let client = get_addr(&mut r).map_err(bad)?;
-                members.insert(id, MemberAddrs { raft, client });
-            }
-            let n = r.get_u32().map_err(bad)? as usize;
-            if n > MAX_MEMBERS {
-                return Err(format!(
-                    "snapshot: {n} removed members, more than {MAX_MEMBERS}"
-                ));
-            }
-            for _ in 0..n {
-                removed.insert(r.get_u64().map_err(bad)?);
-            }
-        }
-        r.finish().map_err(bad)?;
+        let first = r.get_u64().map_err(bad)?;
+        let streamed = first == STREAMED;
+        let now_ms = if streamed {
+            r.get_u64().map_err(bad)?
+        } else {
+            first
+        };
+        let sessions = get_sessions(&mut r).map_err(bad)?;
+        let (sm, members, removed) = if streamed {
+            let (members, removed) = get_book(&mut r)?;
+            (r.get_raw(r.remaining()).map_err(bad)?, members, removed)
+        } else {
+            let sm = r
+                .get_bytes(waverunner_storage::codec::MAX_SNAPSHOT_DATA)
+                .map_err(bad)?;
+            // Absent in snapshots of versions before the address book.
+            let book = if r.remaining() > 0 {
+                get_book(&mut r)?
+            } else {
+                Default::default()
+            };
+            r.finish().map_err(bad)?;
+            (sm, book.0, book.1)
+        };
         self.sm.restore(sm)?;
         self.members = members;
         self.removed = removed;
@@ -503,6 +490,63 @@ impl<S: StateMachine> Replicated<S> {
         self.applied = index;
         Ok(())
     }
+}
+
+type Book = (BTreeMap<u64, MemberAddrs>, BTreeSet<u64>);
+
+fn get_sessions(r: &mut Reader<'_>) -> Result<BTreeMap<u64, Session>, CodecError> {
+    let n = r.get_u32()? as usize;
+    if n > MAX_SESSIONS {
+        return Err(CodecError::TooLong {
+            what: "sessions",
+            len: n as u64,
+            max: MAX_SESSIONS as u64,
+        });
+    }
+    let mut sessions = BTreeMap::new();
+    for _ in 0..n {
+        let id = r.get_u64()?;
+        let seq = r.get_u64()?;
+        let last_index = r.get_u64()?;
+        let result = r.get_bytes(MAX_DATA)?.to_vec();
+        sessions.insert(
+            id,
+            Session {
+                seq,
+                result,
+                last_index,
+            },
+        );
+    }
+    Ok(sessions)
+}
+
+fn get_book(r: &mut Reader<'_>) -> Result<Book, String> {
+    let bad = |e: CodecError| format!("snapshot: {e}");
+    let n = r.get_u32().map_err(bad)? as usize;
+    if n > MAX_MEMBERS {
+        return Err(format!("snapshot: {n} members, more than {MAX_MEMBERS}"));
+    }
+    let mut members = BTreeMap::new();
+    for _ in 0..n {
+        let id = r.get_u64().map_err(bad)?;
+        let raft = get_addr(r)
+            .map_err(bad)?
+            .ok_or("snapshot: a member without an address")?;
+        let client = get_addr(r).map_err(bad)?;
+        members.insert(id, MemberAddrs { raft, client });
+    }
+    let n = r.get_u32().map_err(bad)? as usize;
+    if n > MAX_MEMBERS {
+        return Err(format!(
+            "snapshot: {n} removed members, more than {MAX_MEMBERS}"
+        ));
+    }
+    let mut removed = BTreeSet::new();
+    for _ in 0..n {
+        removed.insert(r.get_u64().map_err(bad)?);
+    }
+    Ok((members, removed))
 }
 
 #[cfg(test)]
@@ -629,14 +673,29 @@ mod tests {
         back.restore(r.applied, &snap).unwrap();
         assert_eq!(back.members, r.members);
         assert_eq!(back.removed, r.removed);
-        // A snapshot without the book (an older version) restores with an empty one.
+        // Snapshots of older versions: the state machine length-prefixed before the book,
+        // and before that without the book; they restore, with an empty one in the second.
         let mut old = Replicated::new(Counter::default());
         old.apply(1, &env(7, 1, 3));
-        let mut data = old.snapshot();
-        data.truncate(data.len() - 8);
-        let mut back = Replicated::new(Counter::default());
-        back.restore(1, &data).unwrap();
-        assert!(back.members.is_empty() && back.sessions() == 1);
+        let layout_1 = |book: bool| {
+            let job = old.snapshot_job();
+            let mut w = Writer::new();
+            w.put_raw(&job.head);
+            w.put_bytes(&old.sm.snapshot());
+            if book {
+                w.put_raw(&job.tail);
+            }
+            w.into_inner()
+        };
+        for book in [true, false] {
+            let mut back = Replicated::new(Counter::default());
+            back.restore(1, &layout_1(book)).unwrap();
+            assert_eq!(back.sessions(), 1);
+            assert_eq!(back.sm.0, old.sm.0);
+            let mut data = layout_1(book);
+            data.push(0);
+            assert!(back.restore(1, &data).is_err(), "trailing bytes");
+        }
         // Client envelopes still decode as commands; garbage records are refused.
         let e = env(3, 4, 5);
         assert_eq!(

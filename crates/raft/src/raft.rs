@@ -121,6 +121,8 @@ pub struct Raft {
     restart_term: Term,
     /// Follower: the snapshot being received in pieces.
     pub(crate) incoming: Option<crate::snapshot::Incoming>,
+    /// Follower: where a snapshot being received goes ([`Raft::set_snapshot_sink`]).
+    pub(crate) sink: crate::snapshot::SinkFactory,
 }
 
 impl Raft {
@@ -204,11 +206,18 @@ impl Raft {
             dp: DataPlane::new(config.enable_backoff_ticks),
             restart_term: if boot.log_lost { hs.term } else { 0 },
             incoming: None,
+            sink: crate::snapshot::memory_sink(),
             cfg: config,
         };
         r.apply_conf_entries(&entries);
         r.randomize_timeout();
         Ok(r)
+    }
+
+    /// Where snapshots received from a leader go, piece by piece (by default, into memory).
+    /// The host's sink writes them to a file so that none is ever whole in memory.
+    pub fn set_snapshot_sink(&mut self, sink: crate::snapshot::SinkFactory) {
+        self.sink = sink;
     }
 
     // ----------------------------------------------------------------- inspection

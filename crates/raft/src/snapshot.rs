@@ -13,12 +13,18 @@
 //! over from offset 0: the follower's prefix is tied to (leader, term, snapshot metadata,
 //! length).
 //!
+//! The follower hands the prefix to a [`SnapshotSink`] as it grows (the host's: a file, so
+//! that a snapshot is never whole in memory; by default a buffer) and installs what the sink
+//! returns once every byte is in.
+//!
 //! [`Config::snapshot_chunk_bytes`]: crate::Config::snapshot_chunk_bytes
 //! [`Config::max_inflight_bytes`]: crate::Config::max_inflight_bytes
 
 use crate::progress::ProgressState;
 use crate::raft::Raft;
 use crate::types::{MessageBody, NodeId, Snapshot, SnapshotMeta, Term};
+use bytes::Bytes;
+use std::sync::Arc;
 
 /// The largest snapshot a follower accepts (a piece claiming more is malformed).
 pub const MAX_SNAPSHOT_BYTES: u64 = 4 << 30;
@@ -27,40 +33,90 @@ pub const AHEAD_PIECES: usize = 256;
 /// ... holding at most this many bytes.
 pub const AHEAD_BYTES: usize = 32 << 20;
 
-/// A snapshot being received: the contiguous prefix of its bytes.
-#[derive(Debug)]
+/// Where a follower puts a snapshot it receives: the bytes in order, each once, then
+/// [`SnapshotSink::finish`] for the snapshot's data. The host's sink writes a file (the data
+/// is then a mapping of it); errors abandon the transfer (counted in
+/// `snapshot_transfers_abandoned`, the leader starts it again later).
+pub trait SnapshotSink: Send {
+    /// The next bytes of the snapshot.
+    fn append(&mut self, data: &[u8]) -> Result<(), String>;
+    /// Every byte is in: the snapshot's data, exactly the bytes appended.
+    fn finish(self: Box<Self>) -> Result<Bytes, String>;
+}
+
+/// Makes the sink for a snapshot of `total` bytes described by `meta`
+/// ([`Raft::set_snapshot_sink`]).
+pub type SinkFactory =
+    Arc<dyn Fn(&SnapshotMeta, u64) -> Result<Box<dyn SnapshotSink>, String> + Send + Sync>;
+
+/// The default sink: a buffer reserved whole (a snapshot grown by doubling would be copied
+/// again and again on the loop; `total` is bounded by step's checks).
+struct MemorySink(Vec<u8>);
+
+impl SnapshotSink for MemorySink {
+    fn append(&mut self, data: &[u8]) -> Result<(), String> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<Bytes, String> {
+        Ok(self.0.into())
+    }
+}
+
+/// The default [`SinkFactory`]: snapshots received into memory.
+pub fn memory_sink() -> SinkFactory {
+    Arc::new(|_, total| Ok(Box::new(MemorySink(Vec::with_capacity(total as usize)))))
+}
+
+/// A snapshot being received: its contiguous prefix (in the sink) and pieces that came early.
 pub(crate) struct Incoming {
     from: NodeId,
     term: Term,
     meta: SnapshotMeta,
     total: u64,
-    buf: Vec<u8>,
+    /// Length of the prefix handed to `sink`.
+    have: u64,
+    sink: Box<dyn SnapshotSink>,
     /// Pieces past the prefix, by offset (bounded by [`AHEAD_PIECES`], [`AHEAD_BYTES`]).
-    ahead: std::collections::BTreeMap<u64, bytes::Bytes>,
+    ahead: std::collections::BTreeMap<u64, Bytes>,
     ahead_bytes: usize,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming")
+            .field("from", &self.from)
+            .field("term", &self.term)
+            .field("meta", &self.meta)
+            .field("total", &self.total)
+            .field("have", &self.have)
+            .field("ahead", &self.ahead.len())
+            .finish()
+    }
 }
 
 impl Incoming {
     /// Takes the piece at `offset`; whether it was of use (extended the prefix or was kept).
-    fn take(&mut self, offset: u64, data: bytes::Bytes) -> bool {
-        let have = self.buf.len() as u64;
+    /// `Err`: the sink failed.
+    fn take(&mut self, offset: u64, data: Bytes) -> Result<bool, String> {
+        let have = self.have;
         let end = offset + data.len() as u64;
         if end <= have || (offset > have && self.ahead.contains_key(&offset)) {
-            return false; // a duplicate
+            return Ok(false); // a duplicate
         }
         if offset > have {
             if self.ahead.len() >= AHEAD_PIECES || self.ahead_bytes + data.len() > AHEAD_BYTES {
-                return false;
+                return Ok(false);
             }
             self.ahead_bytes += data.len();
             self.ahead.insert(offset, data);
-            return true;
+            return Ok(true);
         }
-        self.buf
-            .extend_from_slice(&data[(have - offset) as usize..]);
+        self.extend(&data[(have - offset) as usize..])?;
         // Pieces that arrived early now continue the prefix.
         while let Some(e) = self.ahead.first_entry() {
-            let (at, have) = (*e.key(), self.buf.len() as u64);
+            let (at, have) = (*e.key(), self.have);
             if at > have {
                 break;
             }
@@ -68,10 +124,20 @@ impl Incoming {
             self.ahead_bytes -= piece.len();
             let end = at + piece.len() as u64;
             if end > have {
-                self.buf.extend_from_slice(&piece[(have - at) as usize..]);
+                self.extend(&piece[(have - at) as usize..])?;
             }
         }
-        true
+        Ok(true)
+    }
+
+    fn extend(&mut self, data: &[u8]) -> Result<(), String> {
+        assert!(
+            self.have + data.len() as u64 <= self.total,
+            "snapshot prefix past its end"
+        );
+        self.sink.append(data)?;
+        self.have += data.len() as u64;
+        Ok(())
     }
 }
 
@@ -208,38 +274,61 @@ impl Raft {
                 return;
             }
             self.abandon_incoming();
+            let sink = match (self.sink)(&meta, total) {
+                Ok(s) => s,
+                Err(_) => {
+                    // The host could not start one (its sink said why): nothing held.
+                    self.counters.snapshot_transfers_abandoned += 1;
+                    self.send(from, MessageBody::SnapshotProgress { index, received: 0 });
+                    return;
+                }
+            };
             self.incoming = Some(Incoming {
                 from,
                 term: self.term,
                 meta: meta.clone(),
                 total,
-                // Reserved whole: a snapshot grown by doubling would be copied again and again
-                // on the loop. `total` is bounded by step's checks.
-                buf: Vec::with_capacity(total as usize),
+                have: 0,
+                sink,
                 ahead: std::collections::BTreeMap::new(),
                 ahead_bytes: 0,
             });
         }
         let inc = self.incoming.as_mut().expect("set above");
-        if !inc.take(offset, data) {
+        match inc.take(offset, data) {
+            Ok(true) => {}
             // A duplicate, or too far ahead: the answer below tells the leader where we are.
-            self.counters.snapshot_chunks_dropped += 1;
+            Ok(false) => self.counters.snapshot_chunks_dropped += 1,
+            Err(_) => {
+                self.abandon_incoming();
+                self.send(from, MessageBody::SnapshotProgress { index, received: 0 });
+                return;
+            }
         }
-        assert!(
-            inc.buf.len() as u64 <= inc.total,
-            "snapshot prefix past its end"
-        );
-        if (inc.buf.len() as u64) < inc.total {
-            let received = inc.buf.len() as u64;
+        if inc.have < inc.total {
+            let received = inc.have;
             self.send(from, MessageBody::SnapshotProgress { index, received });
             return;
         }
         let inc = self.incoming.take().expect("checked");
+        let data = match inc.sink.finish() {
+            Ok(d) => d,
+            Err(_) => {
+                self.counters.snapshot_transfers_abandoned += 1;
+                self.send(from, MessageBody::SnapshotProgress { index, received: 0 });
+                return;
+            }
+        };
+        assert_eq!(
+            data.len() as u64,
+            inc.total,
+            "the sink returned what it was given"
+        );
         self.install_snapshot(
             from,
             Snapshot {
                 meta: inc.meta,
-                data: inc.buf.into(),
+                data,
             },
         );
     }
@@ -273,10 +362,16 @@ mod tests {
             term: 1,
             meta: SnapshotMeta::default(),
             total,
-            buf: Vec::new(),
+            have: 0,
+            sink: Box::new(MemorySink(Vec::new())),
             ahead: std::collections::BTreeMap::new(),
             ahead_bytes: 0,
         }
+    }
+
+    /// The prefix held so far (a copy of what went into the sink).
+    fn prefix(i: Incoming) -> Vec<u8> {
+        i.sink.finish().unwrap().to_vec()
     }
 
     fn piece(b: &[u8]) -> bytes::Bytes {
@@ -286,40 +381,71 @@ mod tests {
     #[test]
     fn the_prefix_grows_in_order_whatever_order_pieces_come_in() {
         let mut i = incoming(10);
-        assert!(i.take(6, piece(b"ghij")), "ahead of the prefix: kept");
-        assert!(!i.take(6, piece(b"ghij")), "kept already");
-        assert!(i.take(3, piece(b"def")));
-        assert_eq!(i.buf, b"", "still a gap at 0");
-        assert!(i.take(0, piece(b"abc")));
-        assert_eq!(i.buf, b"abcdefghij", "the kept pieces joined the prefix");
+        assert!(
+            i.take(6, piece(b"ghij")).unwrap(),
+            "ahead of the prefix: kept"
+        );
+        assert!(!i.take(6, piece(b"ghij")).unwrap(), "kept already");
+        assert!(i.take(3, piece(b"def")).unwrap());
+        assert_eq!(i.have, 0, "still a gap at 0");
+        assert!(i.take(0, piece(b"abc")).unwrap());
         assert!(i.ahead.is_empty() && i.ahead_bytes == 0);
-        assert!(!i.take(3, piece(b"def")), "a duplicate");
+        assert!(!i.take(3, piece(b"def")).unwrap(), "a duplicate");
+        assert_eq!(
+            prefix(i),
+            b"abcdefghij",
+            "the kept pieces joined the prefix"
+        );
     }
 
     #[test]
     fn overlapping_pieces_add_only_what_is_new() {
         let mut i = incoming(8);
-        assert!(i.take(0, piece(b"abcd")));
-        assert!(i.take(2, piece(b"cdef")));
-        assert_eq!(i.buf, b"abcdef");
-        assert!(i.take(7, piece(b"h")));
-        assert!(i.take(5, piece(b"fg")));
-        assert_eq!(i.buf, b"abcdefgh");
+        assert!(i.take(0, piece(b"abcd")).unwrap());
+        assert!(i.take(2, piece(b"cdef")).unwrap());
+        assert_eq!(i.have, 6);
+        assert!(i.take(7, piece(b"h")).unwrap());
+        assert!(i.take(5, piece(b"fg")).unwrap());
+        assert_eq!(prefix(i), b"abcdefgh");
     }
 
     #[test]
     fn pieces_kept_ahead_are_bounded() {
         let mut i = incoming(u64::MAX);
         for k in 0..AHEAD_PIECES as u64 {
-            assert!(i.take(10 + k, piece(b"x")));
+            assert!(i.take(10 + k, piece(b"x")).unwrap());
         }
-        assert!(!i.take(5, piece(b"x")), "too many pieces ahead: dropped");
+        assert!(
+            !i.take(5, piece(b"x")).unwrap(),
+            "too many pieces ahead: dropped"
+        );
         let mut i = incoming(u64::MAX);
         let big = bytes::Bytes::from(vec![0u8; AHEAD_BYTES]);
-        assert!(i.take(1, big.clone()));
+        assert!(i.take(1, big.clone()).unwrap());
         assert!(
-            !i.take(1 + AHEAD_BYTES as u64, piece(b"x")),
+            !i.take(1 + AHEAD_BYTES as u64, piece(b"x")).unwrap(),
             "too many bytes ahead"
         );
+    }
+
+    /// A sink that fails after `n` bytes (a full disk).
+    struct Failing(usize);
+    impl SnapshotSink for Failing {
+        fn append(&mut self, data: &[u8]) -> Result<(), String> {
+            self.0 = self.0.checked_sub(data.len()).ok_or("disk full")?;
+            Ok(())
+        }
+        fn finish(self: Box<Self>) -> Result<Bytes, String> {
+            Err("unused".into())
+        }
+    }
+
+    #[test]
+    fn a_failing_sink_is_an_error_not_a_prefix() {
+        let mut i = incoming(10);
+        i.sink = Box::new(Failing(4));
+        assert!(i.take(0, piece(b"abc")).unwrap());
+        assert!(i.take(3, piece(b"def")).is_err());
+        assert_eq!(i.have, 3, "only what the sink took counts");
     }
 }

@@ -190,3 +190,57 @@ fn a_leader_change_mid_transfer_starts_the_transfer_over() {
     net.propose(2, b"after");
     assert_eq!(net.nodes[&3].applied_data(), vec![b"after".to_vec()]);
 }
+
+/// A sink over a disk that refuses the `fail_at`-th write (counting from 1) and then works.
+struct Disk {
+    buf: Vec<u8>,
+    writes: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    fail_at: u32,
+}
+
+impl SnapshotSink for Disk {
+    fn append(&mut self, data: &[u8]) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        if self.writes.fetch_add(1, Ordering::Relaxed) + 1 == self.fail_at {
+            return Err("disk full".into());
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+    fn finish(self: Box<Self>) -> Result<bytes::Bytes, String> {
+        Ok(self.buf.into())
+    }
+}
+
+#[test]
+fn a_receiving_disk_that_fails_abandons_the_transfer_and_the_next_one_installs() {
+    let mut net = lagging(4);
+    let writes = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let w = writes.clone();
+    net.rm(3)
+        .set_snapshot_sink(std::sync::Arc::new(move |_, _| {
+            Ok(Box::new(Disk {
+                buf: Vec::new(),
+                writes: w.clone(),
+                fail_at: 5,
+            }))
+        }));
+    pump(&mut net, |msgs| msgs);
+    assert_eq!(
+        installed(&net, 3),
+        state(4),
+        "the same bytes, never a short install"
+    );
+    let c = net.r(3).counters();
+    assert_eq!(
+        c.snapshot_transfers_abandoned, 1,
+        "the failed transfer was abandoned"
+    );
+    assert_eq!(c.snapshots_installed, 1);
+    assert!(
+        writes.load(std::sync::atomic::Ordering::Relaxed) > 13,
+        "it started over"
+    );
+    net.propose(1, b"after");
+    assert_eq!(net.nodes[&3].applied_data(), vec![b"after".to_vec()]);
+}

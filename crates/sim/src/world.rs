@@ -408,6 +408,15 @@ impl World {
         }
     }
 
+    /// A third of the seeds receive snapshots onto a disk that fails now and then (one
+    /// transfer in four): the transfer is abandoned and starts again, never installed short.
+    fn with_sink(&self, mut raft: Raft) -> Raft {
+        if self.seed.is_multiple_of(3) {
+            raft.set_snapshot_sink(flaky_sink(self.seed ^ raft.id().wrapping_mul(0x9E37_79B9)));
+        }
+        raft
+    }
+
     fn add_node(&mut self, id: NodeId, conf: ConfState) {
         let raft = Raft::new(
             self.config(id),
@@ -420,6 +429,7 @@ impl World {
             },
         )
         .expect("valid bootstrap");
+        let raft = self.with_sink(raft);
         let compact_every = self.rng.range(40, 200);
         let node = Node {
             id,
@@ -1236,7 +1246,10 @@ impl World {
             entries: n.disk.entries.clone(),
             log_lost: lose_log,
         };
-        n.raft = Some(Raft::new(cfg, boot).expect("restart from disk"));
+        let raft = Raft::new(cfg, boot).expect("restart from disk");
+        let raft = self.with_sink(raft);
+        let n = self.nodes.get_mut(&id).expect("node");
+        n.raft = Some(raft);
         n.last_commit = 0;
         n.acked_persisted = 0;
         let inc = n.incarnation;
@@ -1662,5 +1675,54 @@ impl World {
                 self.done = true;
             }
         }
+    }
+}
+
+/// A snapshot sink over a disk that fails one transfer in four, at one of its first eight
+/// writes or at its finish (deterministic: the simulator is single-threaded and the failures
+/// follow the order of calls).
+fn flaky_sink(seed: u64) -> waverunner_raft::SinkFactory {
+    let state = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(seed));
+    std::sync::Arc::new(move |_, total| {
+        let r = splitmix(&state);
+        Ok(Box::new(FlakySink {
+            buf: Vec::with_capacity(total as usize),
+            fail_at: r.is_multiple_of(4).then_some((r >> 8) % 9),
+            writes: 0,
+        }))
+    })
+}
+
+fn splitmix(state: &std::sync::atomic::AtomicU64) -> u64 {
+    let x = state.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed);
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+struct FlakySink {
+    buf: Vec<u8>,
+    /// The write that fails, once (from 0; at or past the last write: the finish).
+    fail_at: Option<u64>,
+    writes: u64,
+}
+
+impl waverunner_raft::SnapshotSink for FlakySink {
+    fn append(&mut self, data: &[u8]) -> Result<(), String> {
+        self.writes += 1;
+        if self.fail_at == Some(self.writes - 1) {
+            // Once: a write that failed leaves a hole unless the transfer is abandoned.
+            return Err("simulated disk error".into());
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<bytes::Bytes, String> {
+        if self.fail_at.is_some_and(|k| k >= self.writes) {
+            return Err("simulated disk error".into());
+        }
+        Ok(self.buf.into())
     }
 }

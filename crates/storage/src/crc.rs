@@ -13,6 +13,12 @@ pub fn crc32c_update(crc: u32, data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, data)
 }
 
+/// The CRC-32C of `a ++ b` from `crc32c(a)`, `crc32c(b)` and `b`'s length: a payload streamed
+/// before its length prefix is known gets its checksum without being read again.
+pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
+    crc32c::crc32c_combine(crc_a, crc_b, len_b as usize)
+}
+
 /// The CRC-32C of `data` (initial value and final xor `0xFFFF_FFFF`, as in RFC 3720).
 pub fn crc32c(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
@@ -56,6 +62,10 @@ mod tests {
         for split in [0, 1, 5, 8, 13, 500, 1000] {
             let (a, b) = data.split_at(split);
             assert_eq!(crc32c_update(crc32c(a), b), crc32c(&data));
+            assert_eq!(
+                crc32c_combine(crc32c(a), crc32c(b), b.len() as u64),
+                crc32c(&data)
+            );
         }
     }
 }

@@ -13,7 +13,8 @@
 //!   one `fdatasync` per touched file. No acknowledged write is lost even if every replica
 //!   crashes at once.
 //! - [`Durability::Memory`] (the paper's model): only term and vote are persisted (fsynced by
-//!   `sync` whenever they change). Entries and snapshots never reach the disk; a restart reports
+//!   `sync` whenever they change). Entries and snapshots are not kept on disk (a snapshot the
+//!   replica takes is backed by an unlinked file, not by memory); a restart reports
 //!   [`Recovered::log_lost`] and the core rejoins as `Role::Recovering`.
 //!
 //! ## On-disk format (all integers little-endian)
@@ -55,6 +56,7 @@ mod snapshot;
 mod wal;
 
 pub use error::StorageError;
+pub use snapshot::SnapshotWriter;
 pub use wal::DEFAULT_ROLL_SIZE;
 
 use hardstate::{HardStateFile, Persisted};
@@ -186,23 +188,32 @@ pub struct SnapshotFiles {
 }
 
 impl SnapshotFiles {
-    /// Durably replaces the snapshot file with `snap` (nothing in `memory` durability). The
-    /// owner then calls [`Storage::snapshot_written`]; a crash in between leaves a snapshot
-    /// newer than the log's start, which recovery handles.
-    /// A snapshot no newer than the one in the file (the owner installed a leader's
-    /// meanwhile) is not written: the file never goes back.
-    pub fn write(&self, snap: &Snapshot) -> Result<(), StorageError> {
-        if self.durability != Durability::Fsync {
-            return Ok(());
-        }
-        let mut file = self.file.lock().expect("snapshot file");
-        if snap.meta.index <= *file {
-            return Ok(());
-        }
-        let mut stats = StorageStats::default();
-        snapshot::save(&self.dir, snap, &mut stats)?;
-        *file = snap.meta.index;
-        Ok(())
+    /// Starts a snapshot of `meta`: stream its data into the writer, then
+    /// [`SnapshotWriter::finish`] it. In fsync durability the finished file replaces the one
+    /// in place unless that one is newer (the owner installed a leader's meanwhile): the file
+    /// never goes back. The owner then calls [`Storage::snapshot_written`]; a crash in
+    /// between leaves a snapshot newer than the log's start, which recovery handles. In memory
+    /// durability the file is only the snapshot's backing store: unlinked once mapped,
+    /// freed with its last reference.
+    pub fn create(&self, meta: SnapshotMeta) -> Result<SnapshotWriter, StorageError> {
+        SnapshotWriter::create(&self.dir, self.durability, self.file.clone(), meta)
+    }
+
+    /// Where the Raft core puts a snapshot it receives ([`waverunner_raft::Raft::set_snapshot_sink`]):
+    /// streamed into a file as for [`SnapshotFiles::create`], so it is never whole in memory
+    /// and, in fsync durability, already in place when the core installs it
+    /// ([`Storage::save_snapshot`] then writes nothing).
+    pub fn sink(&self) -> waverunner_raft::SinkFactory {
+        let files = self.clone();
+        std::sync::Arc::new(move |meta, _total| {
+            files
+                .create(meta.clone())
+                .map(|w| Box::new(w) as Box<dyn waverunner_raft::SnapshotSink>)
+                .map_err(|e| {
+                    tracing::warn!("cannot receive a snapshot: {e}");
+                    e.to_string()
+                })
+        })
     }
 }
 
@@ -525,7 +536,7 @@ impl Storage {
     }
 
     /// What a thread other than the owner's needs to write a snapshot file
-    /// ([`SnapshotFiles::write`]) while the owner goes on appending.
+    /// ([`SnapshotFiles::create`]) while the owner goes on appending.
     pub fn snapshot_files(&self) -> SnapshotFiles {
         SnapshotFiles {
             dir: self.dir.clone(),
@@ -534,8 +545,8 @@ impl Storage {
         }
     }
 
-    /// Records a snapshot that [`SnapshotFiles::write`] already made durable (in `fsync`
-    /// durability; in `memory` there is no file) and compacts the log it covers, as
+    /// Records a snapshot that [`SnapshotFiles::create`] already made durable (in `fsync`
+    /// durability; in `memory` nothing is durable) and compacts the log it covers, as
     /// [`Storage::save_snapshot`] does after writing the file itself.
     ///
     /// # Panics
@@ -559,8 +570,12 @@ impl Storage {
             // recovery finishes the job (`Wal::recover`). Under the file's lock: a background
             // writer (`SnapshotFiles`) shares it.
             let mut file = self.file.lock().expect("snapshot file");
-            snapshot::save(&self.dir, snap, &mut self.stats)?;
-            *file = (*file).max(s);
+            // Already there when it came through the sink (`SnapshotFiles::sink`): a snapshot
+            // at the same index holds the same state.
+            if *file < s {
+                snapshot::save(&self.dir, snap, &mut self.stats)?;
+                *file = s;
+            }
         }
         self.adopt_snapshot(s, t)
     }

@@ -45,13 +45,19 @@ pub(crate) fn finish(buf: &mut [u8], start: usize, ty: RecordType) {
     let len = buf.len() - start - HEADER_LEN;
     let len = u32::try_from(len).expect("record payload longer than u32::MAX");
     let body_crc = crc32c(&buf[start + HEADER_LEN..]);
-    let h = &mut buf[start..start + HEADER_LEN];
+    buf[start..start + HEADER_LEN].copy_from_slice(&header(len, body_crc, ty));
+}
+
+/// The header of a record whose payload is `len` bytes with checksum `body_crc` (for a
+/// payload streamed to a file, whose header is written last).
+pub(crate) fn header(len: u32, body_crc: u32, ty: RecordType) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
     h[4..8].copy_from_slice(&len.to_le_bytes());
     h[8..12].copy_from_slice(&body_crc.to_le_bytes());
     h[12] = ty as u8;
-    h[13..16].fill(0);
     let header_crc = crc32c(&h[4..16]);
     h[0..4].copy_from_slice(&header_crc.to_le_bytes());
+    h
 }
 
 /// A record found in a buffer.

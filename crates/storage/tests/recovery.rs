@@ -277,6 +277,19 @@ fn storage_can_move_to_a_storage_thread() {
     send::<StorageError>();
 }
 
+/// Takes `s` as the replica does: streamed through `Storage::snapshot_files` in pieces.
+fn stream(
+    files: &waverunner_storage::SnapshotFiles,
+    s: &waverunner_raft::Snapshot,
+) -> waverunner_raft::Snapshot {
+    use std::io::Write;
+    let mut w = files.create(s.meta.clone()).unwrap();
+    for piece in s.data.chunks(3) {
+        w.write_all(piece).unwrap();
+    }
+    w.finish().unwrap()
+}
+
 #[test]
 fn a_background_snapshot_never_replaces_a_newer_one() {
     let t = TempDir::new("bg-snap");
@@ -286,13 +299,83 @@ fn a_background_snapshot_never_replaces_a_newer_one() {
         s.sync().unwrap();
         let files = s.snapshot_files();
         // Written in the background, adopted by the owner afterwards.
-        files.write(&snap(20, 1)).unwrap();
+        let written = stream(&files, &snap(20, 1));
+        assert_eq!(written, snap(20, 1));
         s.snapshot_written(&snap(20, 1).meta).unwrap();
         // The owner installs a newer one (a leader's) while an older background write is late.
         s.save_snapshot(&snap(40, 1)).unwrap();
-        files.write(&snap(30, 1)).unwrap();
+        let late = stream(&files, &snap(30, 1));
+        assert_eq!(
+            late,
+            snap(30, 1),
+            "a late snapshot is still usable in memory"
+        );
     }
     let (_, r) = open(t.path(), Durability::Fsync);
     assert_eq!(r.snapshot.map(|s| s.meta.index), Some(40));
     assert_eq!(r.entries.first().map(|e| e.index), Some(41));
+    let left: Vec<_> = fs::read_dir(t.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("snapshot"))
+        .collect();
+    assert_eq!(left, ["snapshot"], "no temporary file is left");
+}
+
+#[test]
+fn a_streamed_snapshot_restarts_byte_exact_and_a_damaged_one_is_refused() {
+    let t = TempDir::new("streamed");
+    let big = waverunner_raft::Snapshot {
+        meta: snap(20, 1).meta,
+        data: (0..3_000_000u32)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect::<Vec<u8>>()
+            .into(),
+    };
+    {
+        let (mut s, _) = open(t.path(), Durability::Fsync);
+        s.append(&ents(1, 50, 1)).unwrap();
+        s.sync().unwrap();
+        let got = stream(&s.snapshot_files(), &big);
+        assert_eq!(got, big);
+        s.snapshot_written(&big.meta).unwrap();
+    }
+    let (_, r) = open(t.path(), Durability::Fsync);
+    assert_eq!(
+        r.snapshot.as_ref(),
+        Some(&big),
+        "the file restarts byte-exact"
+    );
+    // One flipped bit anywhere in the data: a clear refusal, not a wrong state.
+    let path = t.path().join("snapshot");
+    let mut bytes = fs::read(&path).unwrap();
+    let at = bytes.len() - 1_234_567;
+    bytes[at] ^= 0x10;
+    fs::write(&path, &bytes).unwrap();
+    match Storage::open(t.path(), Durability::Fsync) {
+        Err(StorageError::Corrupt { .. }) => {}
+        other => panic!("a damaged snapshot opened: {:?}", other.map(|_| ())),
+    }
+    // Torn: cut short.
+    bytes[at] ^= 0x10;
+    bytes.truncate(bytes.len() - 100);
+    fs::write(&path, &bytes).unwrap();
+    match Storage::open(t.path(), Durability::Fsync) {
+        Err(StorageError::Corrupt { .. }) => {}
+        other => panic!("a torn snapshot opened: {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn in_memory_durability_a_streamed_snapshot_leaves_no_file() {
+    let t = TempDir::new("streamed-mem");
+    let (s, _) = open(t.path(), Durability::Memory);
+    let got = stream(&s.snapshot_files(), &snap(7, 1));
+    assert_eq!(got, snap(7, 1));
+    let files: Vec<_> = fs::read_dir(t.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("snapshot"))
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
 }
