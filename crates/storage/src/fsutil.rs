@@ -43,6 +43,17 @@ pub(crate) fn create_dir(dir: &Path, stats: &mut StorageStats) -> Result<bool, S
     Ok(true)
 }
 
+/// Creates `path` empty (truncating a leftover), for reading and writing.
+pub(crate) fn create_empty(path: &Path) -> Result<File, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(io_err(path, "create"))
+}
+
 /// Replaces `dir/name` with `bytes` atomically: after a crash the file holds either the old or
 /// the new content, never a mix. Written to `name.tmp`, fsynced, renamed, directory fsynced.
 pub(crate) fn write_atomic(
@@ -53,13 +64,7 @@ pub(crate) fn write_atomic(
 ) -> Result<File, StorageError> {
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let path = dir.join(name);
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io_err(&tmp, "create"))?;
+    let mut f = create_empty(&tmp)?;
     f.write_all(bytes).map_err(io_err(&tmp, "write"))?;
     stats.bytes_written += bytes.len() as u64;
     stats.fsyncs += 1;

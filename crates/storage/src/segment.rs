@@ -76,13 +76,7 @@ impl Segment {
         let mut buf = w.into_inner();
         record::finish(&mut buf, start, RecordType::SegmentHeader);
 
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io_err(&tmp, "create"))?;
+        let mut f = fsutil::create_empty(&tmp)?;
         f.write_all(&buf).map_err(io_err(&tmp, "write"))?;
         stats.fsyncs += 1;
         f.sync_all().map_err(io_err(&tmp, "fsync"))?;

@@ -16,7 +16,7 @@ use crate::fsutil;
 use crate::record::{self, RecordType};
 use crate::{Durability, StorageStats};
 use bytes::Bytes;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -124,13 +124,7 @@ impl SnapshotWriter {
         let mut prefix = vec![0u8; record::HEADER_LEN];
         prefix.extend_from_slice(&w.into_inner());
         let tmp = dir.join(format!("{FILE_NAME}-{}{}", meta.index, fsutil::TMP_SUFFIX));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io_err(&tmp, "create"))?;
+        let file = fsutil::create_empty(&tmp)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&prefix).map_err(io_err(&tmp, "write"))?;
         Ok(SnapshotWriter {
