@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use clap::{Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use waverunner_bench::netns::{self, ip};
-use waverunner_node::config::{DataPlaneKind, DurabilityMode, Listen, Peer, ReadModeConfig};
+use waverunner_node::config::{self, DataPlaneKind, DurabilityMode, Listen, Peer, ReadModeConfig};
 use waverunner_node::NodeConfig;
 
 #[allow(unused_imports)] // The chaos harness calls them through here.
@@ -408,11 +408,11 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
             .then_some(MULTICAST_GROUP),
             tick_ms: opts.tick_ms,
             election_ticks: opts.election_ticks,
-            // The rest are the replica's own defaults (a unit test keeps them in step).
-            heartbeat_ticks: 3,
-            snapshot_entries: 10_000,
-            snapshot_bytes: 64 << 20,
-            request_timeout_ms: 3_000,
+            // The rest are the replica's own defaults.
+            heartbeat_ticks: config::default_heartbeat_ticks(),
+            snapshot_entries: config::default_snapshot_entries(),
+            snapshot_bytes: config::default_snapshot_bytes(),
+            request_timeout_ms: config::default_request_timeout_ms(),
             max_value_bytes: waverunner_node::config::MAX_VALUE_LIMIT,
             maxmemory: opts.maxmemory,
             max_connections: 1_024,

@@ -16,13 +16,14 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::replica::{AdminCmd, AdminError, Handle};
+use crate::stop::Stop;
 
 /// Largest request head read.
 const MAX_REQUEST: usize = 8 << 10;
@@ -30,9 +31,9 @@ const MAX_REQUEST: usize = 8 << 10;
 const MAX_BODY: usize = 4 << 10;
 
 /// Serves admin requests until `stop`.
-pub fn serve(listener: TcpListener, handle: Handle, stop: Arc<AtomicBool>) {
+pub fn serve(listener: TcpListener, handle: Handle, stop: Arc<Stop>) {
     let _ = listener.set_nonblocking(true);
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_set() {
         match listener.accept() {
             Ok((s, _)) => {
                 let h = handle.clone();
@@ -42,7 +43,9 @@ pub fn serve(listener: TcpListener, handle: Handle, stop: Arc<AtomicBool>) {
                         let _ = one(s, &h);
                     });
             }
-            Err(_) => crate::priority::wait_acceptable(&listener, Duration::from_millis(200)),
+            Err(_) => {
+                stop.wait_readable(listener.as_raw_fd(), None);
+            }
         }
     }
 }

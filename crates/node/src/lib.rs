@@ -21,11 +21,11 @@ pub mod metrics;
 pub(crate) mod priority;
 pub mod replica;
 pub mod sm;
+pub mod stop;
 pub mod transport;
 pub mod wire;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -37,6 +37,7 @@ pub use sm::StateMachine;
 
 use metrics::{Addresses, Status};
 use replica::{Event, Fatal, Replica};
+use stop::Stop;
 use transport::Transport;
 
 /// A replica that could not start; the message says what to fix.
@@ -63,7 +64,7 @@ fn bind_tcp(what: &str, a: SocketAddr) -> Result<TcpListener, StartError> {
 pub struct Running {
     /// Submit commands, read the status.
     pub handle: Handle,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     core: Option<JoinHandle<Result<(), Fatal>>>,
 }
 
@@ -74,7 +75,7 @@ impl Running {
     }
 
     fn stop_and_join(&mut self) -> Result<(), StartError> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.set();
         let _ = self.handle.sender().try_send(Event::Shutdown);
         match self.core.take().map(|h| h.join()) {
             Some(Ok(Err(Fatal(m)))) => Err(StartError(m)),
@@ -137,7 +138,8 @@ fn start_replica_with<S: StateMachine>(
             .unwrap_or_default(),
         admin: cfg.listen.admin.map(|a| a.to_string()).unwrap_or_default(),
     };
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop =
+        Arc::new(Stop::new().map_err(|e| StartError(format!("cannot create the stop pipe: {e}")))?);
     let (tx, rx) = sync_channel(replica::EVENT_QUEUE);
     let status = Arc::new(Mutex::new(Status {
         id: cfg.id,
@@ -194,7 +196,7 @@ fn start_replica_with<S: StateMachine>(
         .name(format!("replica-{}", cfg.id))
         .spawn(move || {
             let r = replica.run(rx, stop2.clone());
-            stop2.store(true, Ordering::Relaxed);
+            stop2.set();
             if let Err(Fatal(m)) = &r {
                 tracing::error!("replica stopped: {m}");
             }

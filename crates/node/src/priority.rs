@@ -1,25 +1,5 @@
 //! What threads do while they wait: bulk work yields the CPU to the replica loop and the
-//! control lane, and idle listeners sleep in the kernel instead of polling.
-
-use std::net::TcpListener;
-use std::os::fd::AsRawFd;
-use std::time::Duration;
-
-/// Waits until `l` has a connection to accept or `max` has passed (a listener's accept loop
-/// checks its stop flag between waits). An idle replica's listeners used to poll every 10–20
-/// ms: hundreds of wake-ups a second, most of an idle replica's CPU.
-pub fn wait_acceptable(l: &TcpListener, max: Duration) {
-    let mut p = libc::pollfd {
-        fd: l.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = libc::c_int::try_from(max.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one valid pollfd for an open socket, for the duration of the call.
-    unsafe {
-        libc::poll(&mut p, 1, ms);
-    }
-}
+//! control lane.
 
 /// Nice value of a client connection's thread: below the replica loop and the peer
 /// connections (nice 0), above bulk work (nice 10).

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -25,6 +25,7 @@ use crate::metrics::{Counters, Histogram, MemberStatus, Status};
 use crate::sm::{
     EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated, StateMachine,
 };
+use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
 
@@ -64,6 +65,14 @@ fn request_deadline(timeout_ms: u64, len: usize) -> Duration {
 
 /// The most ticks an idle loop sleeps through (the status it publishes is at most this old).
 const MAX_IDLE_TICKS: u32 = 10;
+
+/// A snapshot waits until the entries since the last one hold at least 1/`LOG_SHARE` of the
+/// state's size (besides `snapshot_entries` or `snapshot_bytes`): snapshot work stays at most
+/// `LOG_SHARE` times what is written, and the log (two such periods, the trailing window
+/// included, at about 1.5 bytes of memory per byte of entry) adds at most about a fifth to the
+/// state's memory. A quarter let the log hold 70–140 bytes per 100-byte key at a million keys,
+/// 1.8× Redis's memory per key in all (docs/bench.md, bench scale).
+const LOG_SHARE: u64 = 16;
 
 /// A ready batch that takes longer than this to persist, send and apply is logged and counted
 /// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
@@ -284,10 +293,10 @@ pub fn run_keepalive(
     ka: Arc<KeepAlive>,
     transport: Arc<Transport>,
     tick: Duration,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
 ) {
     let stale = 2 * tick.as_millis() as u64;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_set() {
         // Wakes when a stall could first be seen: two ticks after the loop's last tick, or
         // after the end of its idle sleep (an idle leader's loop sleeps until its heartbeat).
         let last = ka
@@ -297,7 +306,7 @@ pub fn run_keepalive(
         let now = ka.now_ms();
         if now < last + stale {
             let ms = (last + stale - now).clamp(1, 2 * stale);
-            std::thread::sleep(Duration::from_millis(ms));
+            stop.sleep(Duration::from_millis(ms));
             continue;
         }
         let msgs = ka.msgs.lock().expect("keepalive").clone();
@@ -305,7 +314,7 @@ pub fn run_keepalive(
             ka.sent.fetch_add(1, Ordering::Relaxed);
             transport.send(m.to, Frame::Raft(m));
         }
-        std::thread::sleep(2 * tick);
+        stop.sleep(2 * tick);
     }
 }
 
@@ -766,7 +775,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Runs until shutdown or a fatal error.
-    pub fn run(mut self, rx: Receiver<Event>, stop: Arc<AtomicBool>) -> Result<(), Fatal> {
+    pub fn run(mut self, rx: Receiver<Event>, stop: Arc<Stop>) -> Result<(), Fatal> {
         let tick = Duration::from_millis(self.cfg.tick_ms);
         let mut next_tick = Instant::now() + tick;
         self.drive()?;
@@ -825,7 +834,7 @@ impl<S: StateMachine> Replica<S> {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            if stop.load(Ordering::Relaxed) {
+            if stop.is_set() {
                 break;
             }
             let t = Instant::now();
@@ -1590,12 +1599,10 @@ impl<S: StateMachine> Replica<S> {
             .as_ref()
             .map_or(self.raft.first_index() - 1, |s| s.meta.index);
         // A snapshot costs O(state): after `snapshot_entries` entries or `snapshot_bytes`
-        // bytes only once the entries hold a quarter of the state's size too, so the work
-        // stays proportional to what is written (a million keys snapshotted every 10 000
-        // writes kept both cores busy and the load ended in elections; 64 MiB values into
-        // 300 MiB of state serialized it all for each one). The log then holds at most the
-        // larger of `snapshot_bytes` and a quarter of the state.
-        let amortized = self.snap_bytes >= self.state.sm.used_memory() / 4;
+        // bytes only once the entries hold a [`LOG_SHARE`] of the state's size too, so the
+        // work stays proportional to what is written (a million keys snapshotted every 10 000
+        // writes kept both cores busy and the load ended in elections).
+        let amortized = self.snap_bytes >= self.state.sm.used_memory() / LOG_SHARE;
         let due = ((applied >= base + self.cfg.snapshot_entries
             || self.snap_bytes >= self.cfg.snapshot_bytes)
             && amortized)

@@ -29,6 +29,7 @@ use std::time::Duration;
 use waverunner_raft::MessageBody;
 
 use crate::priority::LowPriority;
+use crate::stop::Stop;
 use crate::wire::{self, Frame, Reassembly, HEADER_LEN};
 
 /// Frames queued per peer before new ones are dropped.
@@ -114,7 +115,7 @@ pub struct Transport {
     self_id: u64,
     /// Where this replica listens for replicas, told to every peer after the hello.
     advertise: Option<SocketAddr>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
 }
 
 impl Transport {
@@ -126,7 +127,7 @@ impl Transport {
         advertise: Option<SocketAddr>,
         peers: &[(u64, SocketAddr)],
         deliver: impl Fn(Inbound) -> bool + Send + Sync + 'static,
-        stop: Arc<AtomicBool>,
+        stop: Arc<Stop>,
     ) -> Arc<Transport> {
         let stats = Arc::new(TransportStats::default());
         let t = Arc::new(Transport {
@@ -237,11 +238,11 @@ fn send_loop(
     addr: SocketAddr,
     rx: Receiver<Frame>,
     stats: Arc<TransportStats>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     gone: Arc<AtomicBool>,
 ) {
     let mut backoff = Duration::from_millis(5);
-    let ended = || stop.load(Ordering::Relaxed) || gone.load(Ordering::Relaxed);
+    let ended = || stop.is_set() || gone.load(Ordering::Relaxed);
     // Frames taken from the queue for a connection found closed before they were written:
     // the next connection sends them first.
     let mut carried: Vec<u8> = Vec::new();
@@ -283,7 +284,7 @@ fn send_loop(
             // A removed peer's queue is dropped with it: what was queued before the removal
             // (the last append, which tells it of its removal) is received, written, and then
             // the channel reports the disconnection. Checking `gone` here would lose it.
-            if stop.load(Ordering::Relaxed) {
+            if stop.is_set() {
                 return;
             }
             let mut large = match rx.recv_timeout(IDLE_CHECK) {
@@ -370,15 +371,15 @@ fn accept_loop<D: Fn(Inbound) -> bool + Send + Sync + 'static>(
     listener: TcpListener,
     deliver: Arc<D>,
     stats: Arc<TransportStats>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     let _ = listener.set_nonblocking(true);
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_set() {
         let (s, _) = match listener.accept() {
             Ok(x) => x,
             Err(_) => {
-                crate::priority::wait_acceptable(&listener, Duration::from_millis(200));
+                stop.wait_readable(listener.as_raw_fd(), None);
                 continue;
             }
         };

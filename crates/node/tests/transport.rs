@@ -6,10 +6,11 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use waverunner_node::stop::Stop;
 use waverunner_node::transport::Transport;
 use waverunner_node::wire::{self, Frame, HEADER_LEN};
 
@@ -81,11 +82,11 @@ struct Link {
     peer_addr: SocketAddr,
     conn: TcpStream,
     bulk: TcpStream,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
 }
 
 fn link() -> Link {
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(Stop::new().unwrap());
     let own = TcpListener::bind("127.0.0.1:0").unwrap();
     let own_addr = own.local_addr().unwrap();
     let peer = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -135,7 +136,7 @@ fn first_frame_after_a_peer_restart_reaches_the_new_incarnation() {
     find_nack(&mut [accept(&peer), accept(&peer)], 2);
     assert!(t.stats.closed_found.load(Ordering::Relaxed) >= 1);
     assert_eq!(t.stats.frames_dropped.load(Ordering::Relaxed), 0);
-    stop.store(true, Ordering::Relaxed);
+    stop.set();
 }
 
 #[test]
@@ -147,7 +148,7 @@ fn a_frame_sent_the_moment_the_peer_closed_is_carried_to_the_next_connection() {
     l.t.send(2, nack(2));
     let mut second = accept(&l.peer);
     expect_nack(&mut second, 2);
-    l.stop.store(true, Ordering::Relaxed);
+    l.stop.set();
 }
 
 #[test]
@@ -194,5 +195,5 @@ fn frames_queued_before_a_peer_is_removed_are_still_sent() {
         c.set_read_timeout(Some(WAIT)).unwrap();
         assert_eq!(c.read(&mut [0u8; 1]).expect("end of stream"), 0);
     }
-    l.stop.store(true, Ordering::Relaxed);
+    l.stop.set();
 }

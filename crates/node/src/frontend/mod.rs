@@ -7,7 +7,8 @@ pub mod native;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use waverunner_kv::{memcache, resp, Op};
 
 use crate::config::NodeConfig;
 use crate::replica::{ClientError, Handle};
+use crate::stop::Stop;
 
 /// Which TCP protocol a listener speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,17 +50,17 @@ impl Limits {
 pub fn serve_tcp(
     listener: TcpListener,
     handle: Handle,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     limits: Limits,
     proto: Protocol,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     let _ = listener.set_nonblocking(true);
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_set() {
         let mut s = match listener.accept() {
             Ok((s, _)) => s,
             Err(_) => {
-                crate::priority::wait_acceptable(&listener, Duration::from_millis(200));
+                stop.wait_readable(listener.as_raw_fd(), None);
                 continue;
             }
         };
@@ -110,12 +112,12 @@ impl Drop for Slot {
 }
 
 /// Reads more bytes into `buf`; false at end of stream or on shutdown.
-fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, stop: &AtomicBool) -> std::io::Result<bool> {
+fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, stop: &Stop) -> std::io::Result<bool> {
     let mut tmp = [0u8; 16 << 10];
     // A timeout lets an idle connection notice a shutdown; half-open connections just idle.
     s.set_read_timeout(Some(Duration::from_millis(500)))?;
     loop {
-        if stop.load(Ordering::Relaxed) {
+        if stop.is_set() {
             return Ok(false);
         }
         match s.read(&mut tmp) {
@@ -182,7 +184,7 @@ fn redis_conn(
     s: &mut TcpStream,
     handle: &Handle,
     limits: Limits,
-    stop: &AtomicBool,
+    stop: &Stop,
 ) -> std::io::Result<()> {
     let rl = resp::Limits {
         max_bulk: limits.max_value,
@@ -295,7 +297,7 @@ fn memcache_conn(
     s: &mut TcpStream,
     handle: &Handle,
     limits: Limits,
-    stop: &AtomicBool,
+    stop: &Stop,
 ) -> std::io::Result<()> {
     let ml = memcache::Limits {
         max_value: limits.max_value,

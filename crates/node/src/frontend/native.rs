@@ -3,9 +3,8 @@
 //! a reflection vector).
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Duration;
 
 use waverunner_client::proto::{self, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 use waverunner_kv::codec::{decode_response, encode_op};
@@ -13,6 +12,7 @@ use waverunner_kv::Response;
 
 use crate::replica::{ClientError, Handle};
 use crate::sm::Envelope;
+use crate::stop::Stop;
 
 /// The native front-end: decodes request datagrams, submits them, and answers from the
 /// fast-path socket.
@@ -86,12 +86,16 @@ impl Native {
 }
 
 /// Serves datagrams on `sock` until `stop` (no data plane: the front-end owns the port).
-pub fn serve(sock: UdpSocket, handle: Handle, self_id: u64, stop: Arc<AtomicBool>) {
+pub fn serve(sock: UdpSocket, handle: Handle, self_id: u64, stop: Arc<Stop>) {
     let sock = Arc::new(sock);
-    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
     let native = Native::new(sock.clone(), handle, self_id);
     let mut buf = vec![0u8; 2048];
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_set() {
+        // Sleeps until a datagram or the stop (the only reader: a readable socket does not
+        // block the receive).
+        if !stop.wait_readable(sock.as_raw_fd(), None) {
+            continue;
+        }
         let Ok((n, peer)) = sock.recv_from(&mut buf) else {
             continue;
         };

@@ -1,0 +1,127 @@
+//! A replica's stop flag, which threads can also wait on.
+//!
+//! Accept loops and the native front-end wait for a connection or a datagram *or* the stop,
+//! instead of polling the flag every 100–200 ms: an idle replica's listeners were about 30 of
+//! its 200 wake-ups a second (docs/bench.md, bench scale, idle CPU). Setting the flag writes a
+//! byte into a pipe that nobody reads, so its read end stays readable and every waiter, present
+//! or future, wakes.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Set once, never cleared.
+#[derive(Debug)]
+pub struct Stop {
+    set: AtomicBool,
+    /// Readable once the flag is set.
+    rd: OwnedFd,
+    wr: OwnedFd,
+}
+
+impl Stop {
+    /// A flag not set yet.
+    pub fn new() -> io::Result<Stop> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded: both descriptors are open and owned by nobody else.
+        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(Stop {
+            set: AtomicBool::new(false),
+            rd,
+            wr,
+        })
+    }
+
+    /// Whether the flag is set.
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Sets the flag and wakes every waiter.
+    pub fn set(&self) {
+        if !self.set.swap(true, Ordering::AcqRel) {
+            // SAFETY: one byte from a valid buffer into our own open pipe. The pipe is empty
+            // (this is the only write), so the byte always fits.
+            let n = unsafe { libc::write(self.wr.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+            debug_assert_eq!(n, 1, "a stop byte fits in an empty pipe");
+        }
+    }
+
+    /// Waits until `fd` is readable (true), the flag is set, or `max` passed (`None`: no
+    /// limit). A signal that interrupts the wait ends it early; callers loop.
+    pub fn wait_readable(&self, fd: RawFd, max: Option<Duration>) -> bool {
+        let mut p = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.rd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = max.map_or(-1, |d| {
+            libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX)
+        });
+        // SAFETY: two valid pollfds for open descriptors, for the duration of the call.
+        let n = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) };
+        n > 0 && p[0].revents != 0
+    }
+
+    /// Sleeps for `d` or until the flag is set, whichever comes first.
+    pub fn sleep(&self, d: Duration) {
+        let mut p = libc::pollfd {
+            fd: self.rd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd for an open descriptor, for the duration of the call.
+        unsafe {
+            libc::poll(&mut p, 1, ms);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn setting_it_wakes_a_waiter_at_once_and_every_later_one() {
+        let stop = Arc::new(Stop::new().unwrap());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s2 = stop.clone();
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            s2.set();
+        });
+        let t = Instant::now();
+        assert!(!stop.wait_readable(l.as_raw_fd(), Some(Duration::from_secs(30))));
+        assert!(t.elapsed() < Duration::from_secs(20), "woken by the stop");
+        setter.join().unwrap();
+        assert!(stop.is_set());
+        // Set stays set: a later wait returns at once, as does a second set.
+        stop.set();
+        assert!(!stop.wait_readable(l.as_raw_fd(), None));
+        stop.sleep(Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_readable_descriptor_is_reported() {
+        let stop = Stop::new().unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        assert!(stop.wait_readable(l.as_raw_fd(), Some(Duration::from_secs(30))));
+        assert!(!stop.is_set());
+    }
+}
