@@ -61,6 +61,14 @@ impl StateMachine for KvMachine {
         Ok(())
     }
 
+    fn from_snapshot(snapshot: &[u8]) -> Option<Result<Self, String>> {
+        Some(
+            KvStore::restore(snapshot)
+                .map(KvMachine)
+                .map_err(|e| e.to_string()),
+        )
+    }
+
     fn digest(&self) -> u64 {
         self.0.digest()
     }

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use waverunner_dataplane::RingRecord;
 use waverunner_fastpath as fp;
 use waverunner_raft::{
-    ConfChange, Config as RaftConfig, DataPlaneCommand, DataPlaneState, DisableReason, Entry,
-    EntryKind, HardState, Message, MessageBody, Proposal, ProposeError, Raft, ReadError, ReadMode,
-    Ready, Role, Snapshot,
+    Bytes, ConfChange, Config as RaftConfig, DataPlaneCommand, DataPlaneState, DisableReason,
+    Entry, EntryKind, HardState, Message, MessageBody, Proposal, ProposeError, Raft, ReadError,
+    ReadMode, Ready, Role, Snapshot,
 };
 use waverunner_storage::Storage;
 
@@ -265,6 +265,20 @@ struct SnapJob {
     waiters: Vec<AdminReply>,
 }
 
+/// A leader's snapshot being decoded into a new state on another thread, swapped in when
+/// complete: the loop keeps answering its leader meanwhile (decoding a million keys on the loop
+/// took it 0.5 s and more). The committed entries that follow the snapshot wait here.
+struct Restore<S> {
+    index: u64,
+    started: Instant,
+    rx: std::sync::mpsc::Receiver<Option<Result<Replicated<S>, String>>>,
+    /// The snapshot, restored on the loop if the state machine cannot build a state off it.
+    data: Bytes,
+    /// Committed entries after `index`, in order: applied once the state is in place (at most
+    /// what the core hands out in the meantime: its log).
+    pending: Vec<Entry>,
+}
+
 /// What the replica loop leaves for the keepalive thread ([`run_keepalive`]): the messages
 /// the core allows it to send now, and when the loop last ticked.
 #[derive(Default)]
@@ -505,6 +519,8 @@ pub struct Replica<S: StateMachine> {
     housekeeping: (Instant, u64),
     /// The snapshot a background thread is writing, if any.
     snap_job: Option<SnapJob>,
+    /// A leader's snapshot a background thread is decoding into a new state, if any.
+    restoring: Option<Restore<S>>,
     /// The newest snapshot written, not yet the log's compaction point: the log is compacted
     /// to the one before it, so it keeps a trailing window of at least `snapshot_entries`
     /// entries that a briefly lagging follower catches up from instead of a snapshot.
@@ -620,6 +636,7 @@ impl<S: StateMachine> Replica<S> {
             snap_files,
             snap_waiters: Vec::new(),
             snap_status: Default::default(),
+            restoring: None,
             rss: Rss::default(),
         };
         replica.sync_transport();
@@ -686,7 +703,8 @@ impl<S: StateMachine> Replica<S> {
             || !self.retry.is_empty()
             || !self.admin_pending.is_empty()
             || !self.snap_waiters.is_empty()
-            || self.snap_job.is_some();
+            || self.snap_job.is_some()
+            || self.restoring.is_some();
         let ticks = if busy {
             1
         } else {
@@ -1329,6 +1347,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// Acts on every ready batch: persist, send, apply, answer.
     fn drive(&mut self) -> Result<(), Fatal> {
+        self.poll_restore()?;
         while self.raft.has_ready() {
             let rd = self.raft.ready();
             self.handle_ready(rd)?;
@@ -1429,11 +1448,7 @@ impl<S: StateMachine> Replica<S> {
         }
         if let Some(snap) = &rd.snapshot {
             self.storage.save_snapshot(snap).map_err(storage_err)?;
-            self.state
-                .restore(snap.meta.index, &snap.data)
-                .map_err(|e| Fatal(format!("cannot install the leader's snapshot: {e}")))?;
-            self.counters.snapshots_installed += 1;
-            tracing::info!("installed a snapshot at index {}", snap.meta.index);
+            self.start_restore(snap);
             if self
                 .snap_next
                 .as_ref()
@@ -1442,7 +1457,6 @@ impl<S: StateMachine> Replica<S> {
                 self.snap_next = None;
             }
             self.snap_bytes = 0;
-            self.sync_transport();
         }
         if !rd.entries.is_empty() {
             self.storage.append(&rd.entries).map_err(storage_err)?;
@@ -1467,7 +1481,49 @@ impl<S: StateMachine> Replica<S> {
             let to = m.to;
             self.transport.send(to, Frame::Raft(m));
         }
-        for e in &rd.committed_entries {
+        let committed = std::mem::take(&mut rd.committed_entries);
+        match &mut self.restoring {
+            Some(r) => r.pending.extend(committed),
+            None => self.apply_committed(&committed),
+        }
+        for p in std::mem::take(&mut rd.dataplane_proposals) {
+            self.push_proposal(&p);
+        }
+        for context in rd.read_refusals {
+            let Ok(b) = <[u8; 8]>::try_from(context.as_slice()) else {
+                continue;
+            };
+            let id = u64::from_le_bytes(b);
+            if let Some(r) = self.requests.get_mut(&id) {
+                if r.stage == Stage::Reading {
+                    // The leader cannot answer a ReadIndex now: through the log instead (the
+                    // read is sent once, as its ReadIndex was refused, not lost).
+                    r.read = false;
+                    r.stage = Stage::Routing;
+                    self.counters.reads_refused += 1;
+                    self.refused_reads.push(id);
+                }
+            }
+        }
+        for rs in rd.read_states {
+            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
+                continue;
+            };
+            let id = u64::from_le_bytes(b);
+            if self
+                .requests
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Reading)
+            {
+                self.reads_waiting.insert((rs.index, id));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies committed entries in order and answers their clients.
+    fn apply_committed(&mut self, committed: &[Entry]) {
+        for e in committed {
             if e.index <= self.state.applied {
                 continue;
             }
@@ -1532,38 +1588,82 @@ impl<S: StateMachine> Replica<S> {
                 Outcome::Stale => self.fail(env.req, ClientError::Stale),
             }
         }
-        for p in std::mem::take(&mut rd.dataplane_proposals) {
-            self.push_proposal(&p);
+    }
+
+    /// Starts decoding a leader's snapshot into a new state on another thread. One that is
+    /// still being decoded is superseded (its entries are all covered by the new one: the core
+    /// installs only snapshots past its commit index).
+    fn start_restore(&mut self, snap: &Snapshot) {
+        let index = snap.meta.index;
+        assert!(
+            self.state.applied < index,
+            "a snapshot at {index} installed over applied index {}",
+            self.state.applied
+        );
+        if let Some(old) = self.restoring.take() {
+            assert!(old.pending.iter().all(|e| e.index <= index));
         }
-        for context in rd.read_refusals {
-            let Ok(b) = <[u8; 8]>::try_from(context.as_slice()) else {
-                continue;
-            };
-            let id = u64::from_le_bytes(b);
-            if let Some(r) = self.requests.get_mut(&id) {
-                if r.stage == Stage::Reading {
-                    // The leader cannot answer a ReadIndex now: through the log instead (the
-                    // read is sent once, as its ReadIndex was refused, not lost).
-                    r.read = false;
-                    r.stage = Stage::Routing;
-                    self.counters.reads_refused += 1;
-                    self.refused_reads.push(id);
-                }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let data = snap.data.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("restore-{}", self.cfg.id))
+            .spawn(move || {
+                let _low = crate::priority::LowPriority::new();
+                let _ = tx.send(Replicated::<S>::from_snapshot(index, &data));
+            });
+        let rx = match spawned {
+            Ok(_) => rx,
+            Err(e) => {
+                // No thread: the loop restores it when it next polls.
+                tracing::warn!("cannot start a restore thread ({e}); restoring on the loop");
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                let _ = tx.send(None);
+                rx
             }
-        }
-        for rs in rd.read_states {
-            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
-                continue;
-            };
-            let id = u64::from_le_bytes(b);
-            if self
-                .requests
-                .get(&id)
-                .is_some_and(|r| r.stage == Stage::Reading)
-            {
-                self.reads_waiting.insert((rs.index, id));
+        };
+        self.restoring = Some(Restore {
+            index,
+            started: Instant::now(),
+            rx,
+            data: snap.data.clone(),
+            pending: Vec::new(),
+        });
+    }
+
+    /// Swaps in the state a restore thread finished, then applies the entries that waited.
+    fn poll_restore(&mut self) -> Result<(), Fatal> {
+        let Some(r) = &self.restoring else {
+            return Ok(());
+        };
+        let got = match r.rx.try_recv() {
+            Ok(got) => got,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(()),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Some(Err("the restore thread died".into()))
             }
+        };
+        let r = self.restoring.take().expect("checked");
+        let fatal = |e: String| Fatal(format!("cannot install the leader's snapshot: {e}"));
+        match got {
+            Some(state) => {
+                let state = state.map_err(fatal)?;
+                assert_eq!(state.applied, r.index);
+                self.state = state;
+            }
+            None => self.state.restore(r.index, &r.data).map_err(fatal)?,
         }
+        self.counters.snapshots_installed += 1;
+        tracing::info!(
+            "installed a snapshot at index {} ({} bytes in {} ms)",
+            r.index,
+            r.data.len(),
+            r.started.elapsed().as_millis()
+        );
+        self.sync_transport();
+        debug_assert!(r.pending.windows(2).all(|w| w[0].index + 1 == w[1].index));
+        self.apply_committed(&r.pending);
+        self.serve_reads();
+        self.publish();
         Ok(())
     }
 
@@ -1590,7 +1690,7 @@ impl<S: StateMachine> Replica<S> {
     /// later writes do not change); serializing and writing it happen on the thread.
     fn maybe_compact(&mut self) -> Result<(), Fatal> {
         self.poll_snapshot()?;
-        if self.snap_job.is_some() {
+        if self.snap_job.is_some() || self.restoring.is_some() {
             return Ok(());
         }
         let applied = self.state.applied;

@@ -27,6 +27,17 @@ pub trait StateMachine: Send + 'static {
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
+    /// A new state from a snapshot, built on another thread while the replica keeps running
+    /// (it is swapped in when complete: the replica's loop never spends O(state) installing a
+    /// leader's snapshot). `None`, the default: the state machine cannot, and the snapshot is
+    /// given to [`StateMachine::restore`] on the loop instead.
+    fn from_snapshot(snapshot: &[u8]) -> Option<Result<Self, String>>
+    where
+        Self: Sized,
+    {
+        let _ = snapshot;
+        None
+    }
     /// The state at this moment, for another thread to write while the replica keeps
     /// applying. The default copies [`StateMachine::snapshot`] (O(state) on the replica loop);
     /// a state machine with a persistent or copy-on-write structure hands out a view in O(1).
@@ -456,6 +467,49 @@ impl<S: StateMachine> Replicated<S> {
     /// Restores sessions and state machine from a snapshot taken at `index`: all of it, or
     /// nothing (a damaged snapshot is refused with the reason).
     pub fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
+        let d = Decoded::of(data)?;
+        self.sm.restore(d.sm)?;
+        self.members = d.members;
+        self.removed = d.removed;
+        self.sessions = d.sessions;
+        self.now_ms = d.now_ms;
+        self.applied = index;
+        Ok(())
+    }
+
+    /// The state of a snapshot taken at `index`, built anew (on another thread: see
+    /// [`StateMachine::from_snapshot`]); `None` when the state machine cannot.
+    pub fn from_snapshot(index: u64, data: &[u8]) -> Option<Result<Self, String>> {
+        let d = match Decoded::of(data) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
+        let sm = match S::from_snapshot(d.sm)? {
+            Ok(sm) => sm,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(Replicated {
+            sm,
+            sessions: d.sessions,
+            members: d.members,
+            removed: d.removed,
+            applied: index,
+            now_ms: d.now_ms,
+        }))
+    }
+}
+
+/// A node snapshot read up to the state machine's part.
+struct Decoded<'a> {
+    now_ms: u64,
+    sessions: BTreeMap<u64, Session>,
+    members: BTreeMap<u64, MemberAddrs>,
+    removed: BTreeSet<u64>,
+    sm: &'a [u8],
+}
+
+impl<'a> Decoded<'a> {
+    fn of(data: &'a [u8]) -> Result<Decoded<'a>, String> {
         let bad = |e: CodecError| format!("snapshot: {e}");
         let mut r = Reader::new(data);
         let first = r.get_u64().map_err(bad)?;
@@ -482,13 +536,13 @@ impl<S: StateMachine> Replicated<S> {
             r.finish().map_err(bad)?;
             (sm, book.0, book.1)
         };
-        self.sm.restore(sm)?;
-        self.members = members;
-        self.removed = removed;
-        self.sessions = sessions;
-        self.now_ms = now_ms;
-        self.applied = index;
-        Ok(())
+        Ok(Decoded {
+            now_ms,
+            sessions,
+            members,
+            removed,
+            sm,
+        })
     }
 }
 
@@ -574,6 +628,31 @@ mod tests {
             self.0 = u64::from_le_bytes(s.try_into().map_err(|_| "bad counter")?);
             Ok(())
         }
+        fn from_snapshot(s: &[u8]) -> Option<Result<Self, String>> {
+            let mut c = Counter::default();
+            Some(c.restore(s).map(|()| c))
+        }
+    }
+
+    /// A counter that can only be restored in place.
+    #[derive(Default)]
+    struct InPlace(Counter);
+    impl StateMachine for InPlace {
+        fn apply(&mut self, i: u64, n: u64, c: &[u8]) -> Vec<u8> {
+            self.0.apply(i, n, c)
+        }
+        fn is_read_only(&self, c: &[u8]) -> bool {
+            self.0.is_read_only(c)
+        }
+        fn query(&self, n: u64, c: &[u8]) -> Vec<u8> {
+            self.0.query(n, c)
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            self.0.snapshot()
+        }
+        fn restore(&mut self, s: &[u8]) -> Result<(), String> {
+            self.0.restore(s)
+        }
     }
 
     fn env(client: u64, seq: u64, add: u8) -> Envelope {
@@ -633,6 +712,44 @@ mod tests {
             Outcome::Duplicate(_)
         ));
         assert!(back.restore(1, &snap[..snap.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_state_built_from_a_snapshot_equals_one_restored_in_place() {
+        let mut r = Replicated::new(Counter::default());
+        for c in 1..=20u64 {
+            r.apply(c, &env(c % 7, c, 3));
+        }
+        let m = MemberRecord {
+            id: 4,
+            raft: "127.0.0.1:7004".parse().unwrap(),
+            client: None,
+        };
+        r.apply_member(21, &m);
+        let snap = r.snapshot();
+        let mut in_place = Replicated::new(Counter::default());
+        in_place.restore(r.applied, &snap).unwrap();
+        let built = Replicated::<Counter>::from_snapshot(r.applied, &snap)
+            .expect("Counter builds one")
+            .unwrap();
+        for s in [&in_place, &built] {
+            assert_eq!(s.sm.0, r.sm.0);
+            assert_eq!((s.applied, s.now_ms), (r.applied, r.now_ms));
+            assert_eq!(s.sessions, r.sessions);
+            assert_eq!(s.members, r.members);
+        }
+        // A damaged snapshot is refused, whole or in the state machine's part.
+        let torn = &snap[..snap.len() - 1];
+        assert!(matches!(
+            Replicated::<Counter>::from_snapshot(1, torn),
+            Some(Err(_))
+        ));
+        assert!(matches!(
+            Replicated::<Counter>::from_snapshot(1, &snap[..5]),
+            Some(Err(_))
+        ));
+        // A state machine that cannot is restored on the loop instead.
+        assert!(Replicated::<InPlace>::from_snapshot(r.applied, &snap).is_none());
     }
 
     #[test]
