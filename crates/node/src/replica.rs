@@ -1361,6 +1361,11 @@ impl<S: StateMachine> Replica<S> {
             self.serve_reads();
             self.maybe_compact()?;
         }
+        if self.snap_job.is_some() || !self.snap_waiters.is_empty() {
+            // Also with nothing ready: a snapshot finished or asked for on an idle replica (a
+            // single replica's `POST /snapshot` waited for the next write).
+            self.maybe_compact()?;
+        }
         // A new term, role or leader is in `/status` at once: an idle replica publishes only
         // when it ticks, and it ticks only when its timers need it.
         if self.published != (self.raft.term(), self.raft.role(), self.raft.leader()) {
