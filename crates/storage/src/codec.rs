@@ -28,8 +28,11 @@ use waverunner_raft::{
 /// Largest `data` of an [`Entry`] that [`get_entry`] accepts: a value of Redis's 512 MiB
 /// limit plus 1 MiB for its key, the command and the envelope.
 pub const MAX_ENTRY_DATA: usize = (512 << 20) + (1 << 20);
-/// Largest `data` of a [`Snapshot`] that [`get_snapshot`] accepts: 1 GiB.
-pub const MAX_SNAPSHOT_DATA: usize = 1 << 30;
+/// Largest `data` of a [`Snapshot`] that [`get_snapshot`] accepts: 4 GiB less 1 MiB (lengths
+/// are `u32`, and the record that holds it needs room for the metadata). Snapshots are
+/// streamed to a file and mapped, never whole in memory; at 1 GiB a replica could not
+/// snapshot about 8 million keys of 100-byte values (this bound is about 30 million).
+pub const MAX_SNAPSHOT_DATA: usize = (4 << 30) - (1 << 20);
 /// Largest number of voters, and of learners, that [`get_conf_state`] accepts.
 pub const MAX_MEMBERS: usize = 4096;
 /// Encoded size of a [`HardState`].

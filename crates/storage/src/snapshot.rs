@@ -29,6 +29,8 @@ pub(crate) const FILE_NAME: &str = "snapshot";
 /// Largest payload of the snapshot record: the data plus generous room for the metadata.
 pub(crate) const MAX_PAYLOAD: usize =
     codec::MAX_SNAPSHOT_DATA + 8 + 8 + 8 + 16 * codec::MAX_MEMBERS + 4;
+// A record's length, and the data's, are `u32`: the `as u32` in `finish` never truncates.
+const _: () = assert!(MAX_PAYLOAD <= u32::MAX as usize);
 
 /// Reads the snapshot in `dir`, if any, through a mapping of the file (its data is a slice of
 /// the mapping). Any damage is corruption: the file is only ever replaced whole, so a crash
