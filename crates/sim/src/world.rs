@@ -1682,23 +1682,15 @@ impl World {
 /// writes or at its finish (deterministic: the simulator is single-threaded and the failures
 /// follow the order of calls).
 fn flaky_sink(seed: u64) -> waverunner_raft::SinkFactory {
-    let state = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(seed));
+    let rng = std::sync::Arc::new(std::sync::Mutex::new(Rng::new(seed)));
     std::sync::Arc::new(move |_, total| {
-        let r = splitmix(&state);
+        let r = rng.lock().expect("the simulator is single-threaded").next_u64();
         Ok(Box::new(FlakySink {
             buf: Vec::with_capacity(total as usize),
             fail_at: r.is_multiple_of(4).then_some((r >> 8) % 9),
             writes: 0,
         }))
     })
-}
-
-fn splitmix(state: &std::sync::atomic::AtomicU64) -> u64 {
-    let x = state.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed);
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 struct FlakySink {
