@@ -720,6 +720,16 @@ impl KvStore {
     /// Rebuilds a store from [`KvStore::snapshot`]'s bytes. Checks everything (magic, version,
     /// checksum, key order, field values, no trailing bytes) and never panics on bad input.
     pub fn restore(data: &[u8]) -> Result<KvStore, DecodeError> {
+        // Whole in memory (a mapped file): the checksum is checked first, in one pass over
+        // the bytes (several GB/s), instead of a few bytes at a time as the items are read.
+        if data.len() >= 5 + 8 && data[..4] == SNAPSHOT_MAGIC[..] && data[4] == 2 {
+            let (body, trailer) = data.split_at(data.len() - 8);
+            let sum = xxh3_64(body);
+            if trailer != sum.to_le_bytes() {
+                return Err(DecodeError("snapshot checksum mismatch"));
+            }
+            return KvStore::restore_with(data, Some(sum));
+        }
         KvStore::restore_from(data)
     }
 
@@ -727,6 +737,11 @@ impl KvStore {
     /// its bytes: items are checked and inserted as they arrive, and the checksum at the end
     /// decides whether the result is used. A torn or corrupted snapshot is an error.
     pub fn restore_from<R: Read>(r: R) -> Result<KvStore, DecodeError> {
+        KvStore::restore_with(r, None)
+    }
+
+    /// [`KvStore::restore_from`], the checksum already verified to be `checked` if given.
+    fn restore_with<R: Read>(r: R, checked: Option<u64>) -> Result<KvStore, DecodeError> {
         let mut r = r;
         let mut head = [0u8; 5];
         r.read_exact(&mut head)
@@ -734,9 +749,10 @@ impl KvStore {
         if head[..4] != SNAPSHOT_MAGIC[..] {
             return Err(DecodeError("not a snapshot"));
         }
-        let hash = match head[4] {
-            1 => Checksum::Fnv(Fnv::new()),
-            2 => Checksum::Xxh3(Box::default()),
+        let hash = match (head[4], checked) {
+            (2, Some(sum)) => Checksum::Checked(sum),
+            (1, None) => Checksum::Fnv(Fnv::new()),
+            (2, None) => Checksum::Xxh3(Box::default()),
             _ => return Err(DecodeError("unknown snapshot version")),
         };
         let mut r = HashingReader { inner: r, hash };
@@ -749,10 +765,12 @@ impl KvStore {
             now_ms,
             ..KvStore::default()
         };
-        let mut prev: Option<Bytes> = None;
-        for _ in 0..count {
-            let key = r.bytes()?;
-            let value = r.bytes()?;
+        // Keys and values are read into two reused buffers (the previous key kept for the
+        // order check): an item costs one allocation, its record.
+        let (mut key, mut prev, mut value) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..count {
+            r.bytes_into(&mut key)?;
+            r.bytes_into(&mut value)?;
             let flags = r.u32()?;
             let cas = r.u64()?;
             let expire_at = match r.u8()? {
@@ -766,11 +784,11 @@ impl KvStore {
             if expire_at == Some(0) {
                 return Err(DecodeError("expiry time 0"));
             }
-            if prev.as_ref().is_some_and(|p| *p >= key) {
+            if i > 0 && prev >= key {
                 return Err(DecodeError("keys out of order"));
             }
             s.insert(Rec::new(&key, &value, flags, cas, expire_at));
-            prev = Some(key);
+            std::mem::swap(&mut prev, &mut key);
         }
         let sum = r.hash.finish();
         let mut trailer = [0u8; 8];
@@ -1040,16 +1058,17 @@ impl<R: Read> HashingReader<R> {
         Ok(())
     }
 
-    fn take_vec(&mut self, n: usize) -> Result<Vec<u8>, DecodeError> {
+    /// Reads `n` bytes into `out` (cleared first).
+    fn take_into(&mut self, n: usize, out: &mut Vec<u8>) -> Result<(), DecodeError> {
         // Grow in bounded steps: a corrupted length must not allocate gigabytes up front.
-        let mut out = Vec::new();
+        out.clear();
         while out.len() < n {
             let from = out.len();
             let to = n.min(from.max(1 << 20) * 2);
             out.resize(to, 0);
             self.fill(&mut out[from..to])?;
         }
-        Ok(out)
+        Ok(())
     }
 
     fn u8(&mut self) -> Result<u8, DecodeError> {
@@ -1070,9 +1089,9 @@ impl<R: Read> HashingReader<R> {
         Ok(u64::from_le_bytes(b))
     }
 
-    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+    fn bytes_into(&mut self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
         let n = self.u32()? as usize;
-        self.take_vec(n)
+        self.take_into(n, out)
     }
 }
 
@@ -1140,6 +1159,8 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 enum Checksum {
     Fnv(Fnv),
     Xxh3(Box<Xxh3>),
+    /// Verified before reading (the snapshot was whole in memory): this sum.
+    Checked(u64),
 }
 
 impl Checksum {
@@ -1147,6 +1168,7 @@ impl Checksum {
         match self {
             Checksum::Fnv(h) => h.write(b),
             Checksum::Xxh3(h) => h.update(b),
+            Checksum::Checked(_) => {}
         }
     }
 
@@ -1154,6 +1176,7 @@ impl Checksum {
         match self {
             Checksum::Fnv(h) => h.0,
             Checksum::Xxh3(h) => h.digest(),
+            Checksum::Checked(sum) => *sum,
         }
     }
 }

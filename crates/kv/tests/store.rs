@@ -1437,8 +1437,10 @@ fn restore_rejects_corruption_without_panicking() {
     let snap = s.snapshot();
     assert!(KvStore::restore(&snap).is_ok());
     // Every truncation.
+    // Whole in memory the checksum is checked first; streamed, last: both refuse.
     for n in 0..snap.len() {
         assert!(KvStore::restore(&snap[..n]).is_err(), "prefix {n}");
+        assert!(KvStore::restore_from(&snap[..n]).is_err(), "prefix {n}");
     }
     // A trailing byte.
     let mut longer = snap.clone();
@@ -1450,6 +1452,7 @@ fn restore_rejects_corruption_without_panicking() {
             let mut c = snap.clone();
             c[i] ^= 1 << bit;
             assert!(KvStore::restore(&c).is_err(), "flip byte {i} bit {bit}");
+            assert!(KvStore::restore_from(&c[..]).is_err(), "flip byte {i} bit {bit}");
         }
     }
     // Garbage.
