@@ -1452,7 +1452,10 @@ fn restore_rejects_corruption_without_panicking() {
             let mut c = snap.clone();
             c[i] ^= 1 << bit;
             assert!(KvStore::restore(&c).is_err(), "flip byte {i} bit {bit}");
-            assert!(KvStore::restore_from(&c[..]).is_err(), "flip byte {i} bit {bit}");
+            assert!(
+                KvStore::restore_from(&c[..]).is_err(),
+                "flip byte {i} bit {bit}"
+            );
         }
     }
     // Garbage.

@@ -1684,7 +1684,10 @@ impl World {
 fn flaky_sink(seed: u64) -> waverunner_raft::SinkFactory {
     let rng = std::sync::Arc::new(std::sync::Mutex::new(Rng::new(seed)));
     std::sync::Arc::new(move |_, total| {
-        let r = rng.lock().expect("the simulator is single-threaded").next_u64();
+        let r = rng
+            .lock()
+            .expect("the simulator is single-threaded")
+            .next_u64();
         Ok(Box::new(FlakySink {
             buf: Vec::with_capacity(total as usize),
             fail_at: r.is_multiple_of(4).then_some((r >> 8) % 9),
