@@ -154,11 +154,7 @@ fn start_replica_with<S: StateMachine>(
         raft_listener,
         Some(cfg.listen.raft),
         &peers,
-        move |(from, f)| {
-            inbox
-                .send(Event::Peer(from, f, std::time::Instant::now()))
-                .is_ok()
-        },
+        move |(from, f, at)| inbox.send(Event::Peer(from, f, at)).is_ok(),
         stop.clone(),
     );
     let (dp, dp_socket) = if cfg.dataplane == config::DataPlaneKind::Off {

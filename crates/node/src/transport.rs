@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use waverunner_raft::MessageBody;
 
@@ -63,8 +63,106 @@ pub struct TransportStats {
     pub closed_found: AtomicU64,
 }
 
-/// What inbound connections deliver: (sender node id, frame).
-pub type Inbound = (u64, Frame);
+/// What inbound connections deliver: (sender node id, frame, when it arrived). The arrival is
+/// the kernel's receive time of the frame's last bytes, not when a receiver thread got to read
+/// them: after a stall of the whole process, frames that waited in its sockets still count as
+/// heard when they came (a leader stepped down by check-quorum, the missed ticks replayed
+/// before frames its receivers read only after the stall).
+pub type Inbound = (u64, Frame, Instant);
+
+/// `SO_TIMESTAMPNS` (asm-generic and x86: 35); the control message has the same type and
+/// carries a `timespec` of `CLOCK_REALTIME`.
+const SO_TIMESTAMPNS: libc::c_int = 35;
+
+/// A TCP stream read with `recvmsg`, which remembers the kernel's receive time of the last
+/// bytes read.
+struct Stamped {
+    s: TcpStream,
+    /// Receive time of the last bytes read (`CLOCK_REALTIME`), if the kernel gave one.
+    last: Option<libc::timespec>,
+}
+
+impl Stamped {
+    fn new(s: TcpStream) -> Stamped {
+        let on: libc::c_int = 1;
+        // SAFETY: a valid option value of the size given, for an open socket. Without it
+        // frames are stamped when read (as before): an error is not fatal.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_TIMESTAMPNS,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+        Stamped { s, last: None }
+    }
+
+    /// When the last bytes read arrived, as an `Instant`: now less their age by the real-time
+    /// clock. Never later than now; now when the kernel gave no time or the clocks disagree by
+    /// more than a second either way (a clock step).
+    fn arrived(&self) -> Instant {
+        let now = Instant::now();
+        let Some(ts) = self.last else {
+            return now;
+        };
+        let Ok(wall) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {
+            return now;
+        };
+        let at = Duration::new(
+            ts.tv_sec.max(0) as u64,
+            ts.tv_nsec.clamp(0, 999_999_999) as u32,
+        );
+        match wall.checked_sub(at) {
+            Some(age) if age <= Duration::from_secs(1) => now.checked_sub(age).unwrap_or(now),
+            _ => now,
+        }
+    }
+}
+
+impl Read for Stamped {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // Room for one cmsg of a timespec (aligned as the kernel writes it).
+        let mut control = [0u64; 8];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: zeroed is a valid msghdr; every pointer set below outlives the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let n = loop {
+            // SAFETY: `msg` describes `buf` and `control`, both valid for writes of their
+            // lengths for the duration of the call.
+            let n = unsafe { libc::recvmsg(self.s.as_raw_fd(), &mut msg, 0) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        // SAFETY: the kernel filled `msg_control` up to `msg_controllen`; CMSG_FIRSTHDR and
+        // CMSG_NXTHDR stay within it, and a SCM_TIMESTAMPNS payload is one timespec.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+                    self.last = Some(std::ptr::read_unaligned(
+                        libc::CMSG_DATA(c).cast::<libc::timespec>(),
+                    ));
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        Ok(n)
+    }
+}
 
 /// Which of a peer's two connections a frame takes. Bulk data (appends, snapshots) has a
 /// connection of its own, so heartbeats, votes and acknowledgements never
@@ -412,7 +510,7 @@ enum Got {
 /// Reads one frame into `buf` (reused from frame to frame); a chunk goes straight into `re`.
 /// `None` at end of stream.
 fn read_frame(
-    s: &mut TcpStream,
+    s: &mut impl Read,
     buf: &mut Vec<u8>,
     re: &mut Reassembly,
 ) -> Result<Option<Got>, String> {
@@ -447,7 +545,7 @@ fn read_frame(
 }
 
 fn recv_loop(
-    mut s: TcpStream,
+    s: TcpStream,
     deliver: &dyn Fn(Inbound) -> bool,
     stats: &TransportStats,
 ) -> Result<(), String> {
@@ -455,6 +553,7 @@ fn recv_loop(
     let source = s.peer_addr().ok();
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
+    let mut s = Stamped::new(s);
     let mut buf = Vec::new();
     let mut re = Reassembly::default();
     let from = match read_frame(&mut s, &mut buf, &mut re)? {
@@ -463,7 +562,7 @@ fn recv_loop(
         None => return Ok(()),
     };
     // Peers may be idle for long: only the hello has a deadline.
-    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    s.s.set_read_timeout(None).map_err(|e| e.to_string())?;
     // Held while a large message arrives in chunks.
     let mut low: Option<LowPriority> = None;
     while let Some(got) = read_frame(&mut s, &mut buf, &mut re)? {
@@ -499,9 +598,49 @@ fn recv_loop(
                 return Err(format!("node {from} sent a message from {}", m.from));
             }
         }
-        if !deliver((from, f)) {
+        if !deliver((from, f, s.arrived())) {
             return Ok(());
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_that_waited_in_the_socket_are_stamped_when_they_arrived() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        let mut rx = Stamped::new(rx);
+        // The kernel turns receive timestamps on for the whole machine a moment after the
+        // first socket asks (a deferred static key): until then reads carry none.
+        let mut b = [0u8; 5];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            tx.write_all(b"warm!").unwrap();
+            rx.read_exact(&mut b).unwrap();
+            if rx.last.is_some_and(|t| t.tv_sec > 0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the kernel gives no receive timestamps"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tx.write_all(b"early").unwrap();
+        // The receiver is late by at least this much.
+        std::thread::sleep(Duration::from_millis(300));
+        rx.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"early");
+        let age = rx.arrived().elapsed();
+        assert!(age >= Duration::from_millis(250), "stamped {age:?} ago");
+        // Bytes read as they come are stamped about now.
+        tx.write_all(b"late!").unwrap();
+        rx.read_exact(&mut b).unwrap();
+        assert!(rx.arrived().elapsed() < Duration::from_millis(250));
+    }
 }
