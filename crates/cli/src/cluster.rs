@@ -584,8 +584,9 @@ pub(crate) fn start_time_of(pid: u32) -> u64 {
     proc_state(pid).map_or(0, |(_, start)| start)
 }
 
-/// Starts one replica detached: a new session (so the terminal's signals do not reach it),
-/// stdin from /dev/null, stdout and stderr appended to its log.
+/// Starts one replica detached: a process group of its own and SIGHUP ignored (so the
+/// terminal's signals do not reach it), stdin from /dev/null, stdout and stderr appended to its
+/// log.
 pub(crate) fn spawn_node(cf: &ClusterFile, node: &NodeEntry) -> Result<Child, String> {
     let mut log = fs::OpenOptions::new()
         .create(true)
@@ -617,10 +618,21 @@ pub(crate) fn spawn_node(cf: &ClusterFile, node: &NodeEntry) -> Result<Child, St
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(log);
-    // SAFETY: setsid is async-signal-safe, which is all pre_exec requires.
+    // A process group of its own, so the terminal's Ctrl-C does not reach it, and SIGHUP
+    // ignored, so closing the terminal does not either. Not a session of its own: with the
+    // kernel's autogroup scheduling (on by default) every session is a scheduling group of
+    // its own, so each replica got the same share of the CPUs however busy, and the thread
+    // priorities (client connections at nice 5, bulk work and snapshots at nice 10) only
+    // ordered threads within one replica. Loading 3 M keys on two CPUs, a leader's frames then
+    // went unsent for 150–300 ms and followers ran pre-vote rounds (5–6 a run, one term
+    // change); with one group, none (docs/bench.md).
+    // SAFETY: setpgid and signal are async-signal-safe, which is all pre_exec requires.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
+            if libc::setpgid(0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::signal(libc::SIGHUP, libc::SIG_IGN) == libc::SIG_ERR {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
