@@ -1,13 +1,10 @@
 //! `waverunner node`: runs one replica of the key-value service until SIGTERM or SIGINT.
 
-use std::io::Read;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
+use waverunner_node::stop::Stop;
 use waverunner_node::NodeConfig;
 
 /// Options of `waverunner node`: a TOML file, each field of which a flag overrides.
@@ -185,19 +182,12 @@ pub fn run(a: NodeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // A signal sets the flag and then wakes the main thread through a socket pair (the flag
-    // first, so the woken thread sees it).
-    let stop = Arc::new(AtomicBool::new(false));
-    let wake = UnixStream::pair().and_then(|(r, w)| {
-        r.set_read_timeout(Some(Duration::from_secs(1)))?;
-        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-            signal_hook::flag::register(sig, stop.clone())?;
-            signal_hook::low_level::pipe::register(sig, w.try_clone()?)?;
-        }
-        Ok(r)
-    });
-    let mut wake = match wake {
-        Ok(r) => r,
+    let stop = match Stop::new().and_then(|s| {
+        s.on_signal(signal_hook::consts::SIGTERM)?;
+        s.on_signal(signal_hook::consts::SIGINT)?;
+        Ok(s)
+    }) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("waverunner node: cannot install a signal handler: {e}");
             return ExitCode::FAILURE;
@@ -212,12 +202,12 @@ pub fn run(a: NodeArgs) -> ExitCode {
         }
     };
     tracing::info!("node {id} started");
-    while !stop.load(Ordering::Relaxed) && running.is_running() {
+    while !stop.is_set() && running.is_running() {
         // A signal is noticed at once, a replica loop that ended within a second (an idle
         // replica's wake-ups are counted).
-        let _ = wake.read(&mut [0u8; 64]);
+        stop.sleep(Duration::from_secs(1));
     }
-    let signalled = stop.load(Ordering::Relaxed);
+    let signalled = stop.is_set();
     match running.shutdown() {
         Ok(()) if signalled => {
             tracing::info!("node {id} stopped cleanly");

@@ -1359,13 +1359,11 @@ impl<S: StateMachine> Replica<S> {
                 self.sw_latency.committed(self.raft.commit_index());
             }
             self.serve_reads();
-            self.maybe_compact()?;
         }
-        if self.snap_job.is_some() || !self.snap_waiters.is_empty() {
-            // Also with nothing ready: a snapshot finished or asked for on an idle replica (a
-            // single replica's `POST /snapshot` waited for the next write).
-            self.maybe_compact()?;
-        }
+        // Also with nothing ready (O(1) unless a snapshot is due): a snapshot finished or
+        // asked for on an idle replica (a single replica's `POST /snapshot` waited for the
+        // next write when this ran only after a ready batch).
+        self.maybe_compact()?;
         // A new term, role or leader is in `/status` at once: an idle replica publishes only
         // when it ticks, and it ticks only when its timers need it.
         if self.published != (self.raft.term(), self.raft.role(), self.raft.leader()) {
@@ -1609,6 +1607,7 @@ impl<S: StateMachine> Replica<S> {
             assert!(old.pending.iter().all(|e| e.index <= index));
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let in_place = tx.clone();
         let data = snap.data.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("restore-{}", self.cfg.id))
@@ -1616,16 +1615,11 @@ impl<S: StateMachine> Replica<S> {
                 let _low = crate::priority::LowPriority::new();
                 let _ = tx.send(Replicated::<S>::from_snapshot(index, &data));
             });
-        let rx = match spawned {
-            Ok(_) => rx,
-            Err(e) => {
-                // No thread: the loop restores it when it next polls.
-                tracing::warn!("cannot start a restore thread ({e}); restoring on the loop");
-                let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                let _ = tx.send(None);
-                rx
-            }
-        };
+        if let Err(e) = spawned {
+            // No thread: the loop restores it in place when it next polls.
+            tracing::warn!("cannot start a restore thread ({e}); restoring on the loop");
+            let _ = in_place.send(None);
+        }
         self.restoring = Some(Restore {
             index,
             started: Instant::now(),

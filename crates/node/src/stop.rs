@@ -9,12 +9,14 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Set once, never cleared.
 #[derive(Debug)]
 pub struct Stop {
-    set: AtomicBool,
+    /// Shared with signal handlers ([`Stop::on_signal`]).
+    set: Arc<AtomicBool>,
     /// Readable once the flag is set.
     rd: OwnedFd,
     wr: OwnedFd,
@@ -31,7 +33,7 @@ impl Stop {
         // SAFETY: pipe2 succeeded: both descriptors are open and owned by nobody else.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         Ok(Stop {
-            set: AtomicBool::new(false),
+            set: Arc::new(AtomicBool::new(false)),
             rd,
             wr,
         })
@@ -52,42 +54,49 @@ impl Stop {
         }
     }
 
+    /// Sets the flag when signal `sig` arrives (the flag first, then the pipe, so a woken
+    /// waiter sees it).
+    pub fn on_signal(&self, sig: libc::c_int) -> io::Result<()> {
+        signal_hook::flag::register(sig, self.set.clone())?;
+        // SAFETY: dup of our own open descriptor; the handler owns the copy.
+        let wr = unsafe { libc::dup(self.wr.as_raw_fd()) };
+        if wr < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `wr` was just opened and is owned by nobody else.
+        let wr = unsafe { OwnedFd::from_raw_fd(wr) };
+        signal_hook::low_level::pipe::register(sig, wr)?;
+        Ok(())
+    }
+
     /// Waits until `fd` is readable (true), the flag is set, or `max` passed (`None`: no
     /// limit). A signal that interrupts the wait ends it early; callers loop.
     pub fn wait_readable(&self, fd: RawFd, max: Option<Duration>) -> bool {
-        let mut p = [
-            libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.rd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ms = max.map_or(-1, |d| {
-            libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX)
-        });
-        // SAFETY: two valid pollfds for open descriptors, for the duration of the call.
-        let n = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) };
-        n > 0 && p[0].revents != 0
+        let mut p = [pollin(fd), pollin(self.rd.as_raw_fd())];
+        poll(&mut p, max) > 0 && p[0].revents != 0
     }
 
     /// Sleeps for `d` or until the flag is set, whichever comes first.
     pub fn sleep(&self, d: Duration) {
-        let mut p = libc::pollfd {
-            fd: self.rd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd for an open descriptor, for the duration of the call.
-        unsafe {
-            libc::poll(&mut p, 1, ms);
-        }
+        poll(&mut [pollin(self.rd.as_raw_fd())], Some(d));
     }
+}
+
+fn pollin(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// `poll(2)` over `p` for at most `max` (`None`: no limit).
+fn poll(p: &mut [libc::pollfd], max: Option<Duration>) -> libc::c_int {
+    let ms = max.map_or(-1, |d| {
+        libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX)
+    });
+    // SAFETY: valid pollfds for open descriptors, for the duration of the call.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) }
 }
 
 #[cfg(test)]
@@ -114,6 +123,21 @@ mod tests {
         stop.set();
         assert!(!stop.wait_readable(l.as_raw_fd(), None));
         stop.sleep(Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_signal_sets_it_and_wakes_a_sleeper() {
+        let stop = Stop::new().unwrap();
+        stop.on_signal(libc::SIGUSR2).unwrap();
+        // SAFETY: raising a signal whose handler was just installed.
+        assert_eq!(unsafe { libc::raise(libc::SIGUSR2) }, 0);
+        assert!(stop.is_set());
+        let t = Instant::now();
+        stop.sleep(Duration::from_secs(30));
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "woken by the signal's byte"
+        );
     }
 
     #[test]

@@ -70,12 +70,8 @@ pub struct TransportStats {
 /// before frames its receivers read only after the stall).
 pub type Inbound = (u64, Frame, Instant);
 
-/// `SO_TIMESTAMPNS` (asm-generic and x86: 35); the control message has the same type and
-/// carries a `timespec` of `CLOCK_REALTIME`.
-const SO_TIMESTAMPNS: libc::c_int = 35;
-
 /// A TCP stream read with `recvmsg`, which remembers the kernel's receive time of the last
-/// bytes read.
+/// bytes read (`SO_TIMESTAMPNS`: a `timespec` of `CLOCK_REALTIME`).
 struct Stamped {
     s: TcpStream,
     /// Receive time of the last bytes read (`CLOCK_REALTIME`), if the kernel gave one.
@@ -91,7 +87,7 @@ impl Stamped {
             libc::setsockopt(
                 s.as_raw_fd(),
                 libc::SOL_SOCKET,
-                SO_TIMESTAMPNS,
+                libc::SO_TIMESTAMPNS,
                 (&on as *const libc::c_int).cast(),
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             );
@@ -152,7 +148,7 @@ impl Read for Stamped {
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(&msg);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
                     self.last = Some(std::ptr::read_unaligned(
                         libc::CMSG_DATA(c).cast::<libc::timespec>(),
                     ));
