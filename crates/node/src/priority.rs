@@ -16,17 +16,26 @@ pub fn client_thread() {
 
 /// Sets the calling thread's nice value; its thread id if that worked.
 fn set_nice(nice: libc::c_int) -> Option<libc::id_t> {
-    // SAFETY: gettid and setpriority on the calling thread have no memory preconditions.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        (libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0).then_some(tid)
-    }
+    let tid = gettid();
+    // SAFETY: setpriority on the calling thread has no memory preconditions.
+    (unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } == 0).then_some(tid)
 }
 
-/// The calling thread at a lower CPU priority (nice 10) while the guard lives: a thread that
-/// moves a large message (a 64 MiB value, a snapshot) or writes a snapshot leaves the CPU to the
-/// replica loops and the control connections, so heartbeats and votes keep their pace on a busy machine (three
-/// replicas on two cores spent seconds copying a large value and fell into elections). Only
+/// Nice value of bulk work: a large message, a snapshot written or restored.
+pub const BULK_NICE: libc::c_int = 10;
+
+/// Time slice of a bulk thread, ns (the kernel's floor for a requested slice). With EEVDF
+/// (Linux 6.6+) a thread, once picked, runs out its slice before a woken thread may take its
+/// CPU, however low its nice value: with the default slice (0.75 ms × 1 + log₂ CPUs) a write's
+/// p99 during a snapshot of 5 M keys was 1.47 ms against 0.41 outside. Linux 6.12+ honours a
+/// requested slice; older kernels ignore the field.
+pub const BULK_SLICE_NS: u64 = 100_000;
+
+/// The calling thread at a lower CPU priority ([`BULK_NICE`], a [`BULK_SLICE_NS`] slice) while
+/// the guard lives: a thread that moves a large message (a 64 MiB value, a snapshot) or writes a
+/// snapshot leaves the CPU to the replica loops and the control connections, so heartbeats and
+/// votes keep their pace on a busy machine (three replicas on two cores spent seconds copying a
+/// large value and fell into elections) and a woken loop waits at most one short slice. Only
 /// where the priority can be raised back afterwards (root, or `CAP_SYS_NICE`); elsewhere
 /// nothing changes.
 pub struct LowPriority(Option<libc::id_t>);
@@ -38,17 +47,99 @@ impl LowPriority {
         if unsafe { libc::geteuid() } != 0 {
             return LowPriority(None);
         }
-        LowPriority(set_nice(10))
+        let tid = gettid();
+        if set_fair(tid, BULK_NICE, BULK_SLICE_NS) {
+            return LowPriority(Some(tid));
+        }
+        LowPriority(set_nice(BULK_NICE))
     }
 }
 
 impl Drop for LowPriority {
     fn drop(&mut self) {
         if let Some(tid) = self.0 {
-            // SAFETY: setpriority on this thread has no memory preconditions.
-            unsafe {
-                let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 0);
+            if !set_fair(tid, 0, 0) {
+                // SAFETY: setpriority on this thread has no memory preconditions.
+                unsafe {
+                    let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 0);
+                }
             }
         }
+    }
+}
+
+fn gettid() -> libc::id_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
+}
+
+/// `sched_setattr` of thread `tid` to the normal policy at `nice` with a requested slice of
+/// `slice_ns` (0: the kernel's default). False where the call is refused or unknown.
+fn set_fair(tid: libc::id_t, nice: libc::c_int, slice_ns: u64) -> bool {
+    let attr = libc::sched_attr {
+        size: std::mem::size_of::<libc::sched_attr>() as u32,
+        sched_policy: libc::SCHED_OTHER as u32,
+        sched_flags: 0,
+        sched_nice: nice,
+        sched_priority: 0,
+        sched_runtime: slice_ns,
+        sched_deadline: 0,
+        sched_period: 0,
+    };
+    // SAFETY: `attr` is a valid sched_attr of the size it states and outlives the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            tid,
+            &attr as *const libc::sched_attr,
+            0u32,
+        ) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slice and nice value reach the kernel (as root) and are undone with the guard.
+    #[test]
+    fn bulk_priority_round_trip() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP bulk_priority_round_trip: needs root to raise the priority back");
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI runs as root"
+            );
+            return;
+        }
+        std::thread::spawn(|| {
+            let nice = || {
+                // SAFETY: getpriority of this thread has no memory preconditions.
+                unsafe { libc::getpriority(libc::PRIO_PROCESS, gettid()) }
+            };
+            assert_eq!(nice(), 0);
+            {
+                let _low = LowPriority::new();
+                assert_eq!(nice(), BULK_NICE);
+                let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+                let size = std::mem::size_of::<libc::sched_attr>() as u32;
+                // SAFETY: `attr` is writable for `size` bytes.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_sched_getattr,
+                        gettid(),
+                        &mut attr as *mut _,
+                        size,
+                        0u32,
+                    )
+                };
+                assert_eq!(r, 0);
+                assert_eq!(attr.sched_runtime, BULK_SLICE_NS, "the requested slice");
+            }
+            assert_eq!(nice(), 0);
+        })
+        .join()
+        .unwrap();
     }
 }
