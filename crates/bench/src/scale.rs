@@ -441,6 +441,9 @@ pub struct Counts {
     pub handoffs: u64,
     /// `counters.snapshots_taken`.
     pub snapshots: u64,
+    /// `counters.recovery_reelections`: of `elections`, those a leader ran for itself so that a
+    /// voter that restarted without its log may finish recovering (the catch-up causes one).
+    pub recoveries: u64,
 }
 
 /// What changed in a phase, over the replicas.
@@ -454,6 +457,8 @@ pub struct Disruption {
     pub handoffs: u64,
     /// Snapshots taken, all replicas (the replicas also snapshot every `snapshot_entries`).
     pub snapshots: u64,
+    /// Of `elections`, the leader's re-elections for a recovering voter.
+    pub recoveries: u64,
 }
 
 impl Disruption {
@@ -470,6 +475,7 @@ impl Disruption {
                 d.elections += a.elections.saturating_sub(b.elections);
                 d.handoffs += a.handoffs.saturating_sub(b.handoffs);
                 d.snapshots += a.snapshots.saturating_sub(b.snapshots);
+                d.recoveries += a.recoveries.saturating_sub(b.recoveries);
             }
         }
         d
@@ -782,8 +788,20 @@ pub fn render_detail(r: &SizeResult) -> String {
         if let Some(d) = d {
             let _ = writeln!(
                 s,
-                "- {name}: term +{}, elections {}, hand-offs {}, snapshots taken {}",
-                d.terms, d.elections, d.handoffs, d.snapshots
+                "- {name}: term +{}, elections {}{}, hand-offs {}, snapshots taken {}",
+                d.terms,
+                d.elections,
+                if d.recoveries > 0 {
+                    format!(
+                        " ({} of them the leader re-electing itself for a voter that restarted \
+                         without its log)",
+                        d.recoveries
+                    )
+                } else {
+                    String::new()
+                },
+                d.handoffs,
+                d.snapshots
             );
         }
     }
@@ -947,6 +965,7 @@ mod tests {
             elections,
             handoffs,
             snapshots,
+            recoveries: elections / 2,
         };
         let before = [(1, c(2, 1, 0, 3)), (2, c(2, 0, 0, 3)), (3, c(2, 0, 0, 3))];
         let same = Disruption::between(&before, &before);
@@ -957,6 +976,7 @@ mod tests {
         // Replica 4 was not in the first reading: only its term counts.
         assert_eq!(d.terms, 7);
         assert_eq!((d.elections, d.handoffs, d.snapshots), (2, 1, 3));
+        assert_eq!(d.recoveries, 1, "replica 2: 0 → 1");
         assert!(!d.clean());
     }
 

@@ -949,6 +949,7 @@ fn counts_of(v: &StatusView) -> Counts {
         elections: v.counters.elections,
         handoffs: v.fastpath.disables.values().sum(),
         snapshots: v.counters.snapshots_taken,
+        recoveries: v.counters.recovery_reelections,
     }
 }
 

@@ -239,6 +239,9 @@ pub struct Counters {
     pub elections: u64,
     /// Times this replica became leader.
     pub leader_elected: u64,
+    /// Elections this leader ran for itself, in a new term, so that a voter that restarted
+    /// without its log may finish its recovery (part of `elections`).
+    pub recovery_reelections: u64,
     /// Snapshots taken.
     pub snapshots_taken: u64,
     /// Snapshots installed from a leader.
@@ -441,6 +444,11 @@ impl Status {
                 "leader_elected_total",
                 "Times elected leader.",
                 c.leader_elected,
+            ),
+            (
+                "recovery_reelections_total",
+                "Leader re-elections for a voter that restarted without its log.",
+                c.recovery_reelections,
             ),
             (
                 "snapshots_taken_total",

@@ -1820,6 +1820,7 @@ impl<S: StateMachine> Replica<S> {
         self.counters.snapshot_pieces_sent = rc.snapshot_chunks_sent;
         self.counters.snapshot_pieces_dropped = rc.snapshot_chunks_dropped;
         self.counters.snapshot_transfers_abandoned = rc.snapshot_transfers_abandoned;
+        self.counters.recovery_reelections = rc.recovery_reelections;
         let conf = self.raft.conf_state().clone();
         let members = self.member_status();
         let (fastpath, replication_latency_ns) = self.fastpath_status();
