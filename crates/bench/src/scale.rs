@@ -372,11 +372,14 @@ pub fn closed_loop(
     Ok(samples)
 }
 
-/// Latencies (ns) of the samples in flight at some moment of `[from, to]`.
-pub fn overlapping(samples: &[Sample], from: Duration, to: Duration) -> Vec<u64> {
+/// Latencies (ns) of the samples in flight at some moment of one of the `windows` `[from, to]`.
+pub fn overlapping(samples: &[Sample], windows: &[(Duration, Duration)]) -> Vec<u64> {
     samples
         .iter()
-        .filter(|s| s.at <= to && s.at + Duration::from_nanos(s.ns) >= from)
+        .filter(|s| {
+            let end = s.at + Duration::from_nanos(s.ns);
+            windows.iter().any(|&(from, to)| s.at <= to && end >= from)
+        })
         .map(|s| s.ns)
         .collect()
 }
@@ -952,10 +955,18 @@ mod tests {
         // Overlapping [10, 30]: the one sent at 8 still in flight at 10, and the ones sent
         // before 30.
         assert_eq!(
-            overlapping(&samples, ms(10), ms(30)),
+            overlapping(&samples, &[(ms(10), ms(30))]),
             vec![4_000_000, 1_000_000, 2_000_000]
         );
-        assert!(overlapping(&samples, ms(100), ms(200)).is_empty());
+        assert!(overlapping(&samples, &[(ms(100), ms(200))]).is_empty());
+        // Two windows: each sample once.
+        assert_eq!(
+            overlapping(
+                &samples,
+                &[(ms(0), ms(1)), (ms(39), ms(41)), (ms(40), ms(40))]
+            ),
+            vec![5_000_000, 1_000_000]
+        );
     }
 
     #[test]

@@ -56,7 +56,7 @@ mod snapshot;
 mod wal;
 
 pub use error::StorageError;
-pub use snapshot::SnapshotWriter;
+pub use snapshot::{SnapshotWriter, WRITEBACK_BYTES};
 pub use wal::DEFAULT_ROLL_SIZE;
 
 use hardstate::{HardStateFile, Persisted};

@@ -379,3 +379,29 @@ fn in_memory_durability_a_streamed_snapshot_leaves_no_file() {
         .collect();
     assert!(files.is_empty(), "{files:?}");
 }
+
+/// In fsync durability a snapshot file is handed to write-back as it grows, so the fsync that
+/// completes it waits for the last window only; in memory durability it is never synced.
+#[test]
+fn a_large_snapshot_is_written_back_as_it_grows() {
+    use std::io::Write;
+    use waverunner_storage::WRITEBACK_BYTES;
+    let mib = 1u64 << 20;
+    let pieces = 3 * WRITEBACK_BYTES / mib + 1;
+    for (mode, want) in [(Durability::Fsync, 3), (Durability::Memory, 0)] {
+        let t = TempDir::new("writeback");
+        let (s, _) = open(t.path(), mode);
+        let mut w = s.snapshot_files().create(snap(20, 1).meta).unwrap();
+        let piece = vec![7u8; mib as usize];
+        for _ in 0..pieces {
+            w.write_all(&piece).unwrap();
+        }
+        assert_eq!(w.writebacks(), want, "{mode:?}");
+        let got = w.finish().unwrap();
+        assert_eq!(got.data.len() as u64, pieces * mib);
+        assert!(
+            got.data.iter().all(|&b| b == 7),
+            "{mode:?}: the bytes written"
+        );
+    }
+}
