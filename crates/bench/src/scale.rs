@@ -520,6 +520,21 @@ impl Snapshot {
     }
 }
 
+/// Of snapshots taken back to back, the one to report: the first that was not taken, if any,
+/// else the median by write speed (the first of a row is not typical: it may follow an idle
+/// window or a free of the one before). `None` for none.
+pub fn median_snapshot(mut snaps: Vec<Snapshot>) -> Option<Snapshot> {
+    if let Some(i) = snaps
+        .iter()
+        .position(|s| !matches!(s, Snapshot::Taken { .. }))
+    {
+        return Some(snaps.swap_remove(i));
+    }
+    snaps.sort_by(|a, b| a.mb_per_s().partial_cmp(&b.mb_per_s()).expect("finite"));
+    let mid = snaps.len() / 2;
+    snaps.into_iter().nth(mid)
+}
+
 /// A wiped follower catching up.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CatchUp {
@@ -966,6 +981,25 @@ mod tests {
                 &[(ms(0), ms(1)), (ms(39), ms(41)), (ms(40), ms(40))]
             ),
             vec![5_000_000, 1_000_000]
+        );
+    }
+
+    #[test]
+    fn the_median_snapshot() {
+        let t = |bytes, duration_ms| Snapshot::Taken {
+            index: bytes,
+            bytes,
+            duration_ms,
+        };
+        assert_eq!(median_snapshot(vec![]), None);
+        assert_eq!(
+            median_snapshot(vec![t(100, 10), t(300, 10), t(200, 10)]),
+            Some(t(200, 10))
+        );
+        let failed = Snapshot::Failed("no".into());
+        assert_eq!(
+            median_snapshot(vec![t(1, 1), failed.clone(), t(2, 1)]),
+            Some(failed)
         );
     }
 

@@ -1244,10 +1244,18 @@ fn measure_size(
         (answers, windows, samples)
     });
     let taken = answers.len();
-    let snap = match answers.into_iter().next().expect("one answer at least") {
-        Ok((code, body)) => parse_snapshot_answer(code, &body),
-        Err(e) => Snapshot::Failed(format!("POST http://{admin}/snapshot: {e}")),
-    };
+    let snaps: Vec<Snapshot> = answers
+        .into_iter()
+        .map(|a| match a {
+            Ok((code, body)) => parse_snapshot_answer(code, &body),
+            Err(e) => Snapshot::Failed(format!("POST http://{admin}/snapshot: {e}")),
+        })
+        .collect();
+    let speeds: Vec<String> = snaps
+        .iter()
+        .filter_map(|s| s.mb_per_s().map(|v| format!("{v:.0}")))
+        .collect();
+    let snap = scale::median_snapshot(snaps).expect("one answer at least");
     match &snap {
         Snapshot::NotAvailable => eprintln!("bench scale: snapshot: not available in this build"),
         Snapshot::Failed(e) => eprintln!("bench scale: snapshot failed: {e}"),
@@ -1256,9 +1264,10 @@ fn measure_size(
             if taken > 1 {
                 let spent: Duration = windows.iter().map(|(f, t)| *t - *f).sum();
                 r.notes.push(format!(
-                    "{taken} snapshots back to back ({:.1} s) for the writes during a snapshot; \
-                     the snapshot columns are the first's",
-                    spent.as_secs_f64()
+                    "{taken} snapshots back to back ({:.1} s) for the writes during a snapshot, \
+                     at {} MB/s; the snapshot columns are the median's",
+                    spent.as_secs_f64(),
+                    speeds.join(", ")
                 ));
             }
             match samples {

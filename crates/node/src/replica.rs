@@ -53,10 +53,12 @@ const LARGE_REQUEST_BYTES_PER_SEC: u64 = 32 << 20;
 /// p99).
 fn free_off_loop(b: Option<waverunner_raft::Bytes>) {
     if let Some(b) = b.filter(|b| b.len() >= 16 << 20) {
-        let _ = std::thread::Builder::new().name("free".into()).spawn(move || {
-            let _low = crate::priority::LowPriority::new();
-            drop(b)
-        });
+        let _ = std::thread::Builder::new()
+            .name("free".into())
+            .spawn(move || {
+                let _low = crate::priority::LowPriority::new();
+                drop(b)
+            });
     }
 }
 
