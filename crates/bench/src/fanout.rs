@@ -39,8 +39,8 @@ use libbpf_rs::{
 };
 
 use crate::cpu;
-use crate::netns;
 use crate::stats::{quantiles, Quantiles};
+use waverunner_netns as netns;
 
 static BPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fanout.bpf.o"));
 

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 
-use crate::netns;
 use crate::stats::{quantiles, Quantiles};
+use waverunner_netns as netns;
 
 static BPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/echo.bpf.o"));
 

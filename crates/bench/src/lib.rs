@@ -9,7 +9,6 @@
 //! - [`fanout`]: three ways for an XDP leader to copy a request to every follower behind its
 //!   one interface (multicast, devmap broadcast, TC clone), measured side by side
 //!   (`bpf/fanout.bpf.c`, `waverunner bench fanout`, docs/fanout.md);
-//! - [`netns`]: running code inside a network namespace, and the `ip` command;
 //! - [`stats`]: quantiles of raw samples and of log-linear latency histograms;
 //! - [`cpu`]: CPU time from `/proc/stat` and `/proc/<pid>/stat`;
 //! - [`sweep`]: the offered rates and the rule that ends the sweep;
@@ -20,7 +19,6 @@
 pub mod cpu;
 pub mod fanout;
 pub mod floor;
-pub mod netns;
 pub mod report;
 pub mod scale;
 pub mod stats;

@@ -1,5 +1,6 @@
 //! Quantiles of latency samples and of the replicas' log-linear histograms.
 
+use waverunner_client::load::quantile_sorted;
 use waverunner_dataplane::LatencyHistogram;
 
 /// Three quantiles of a latency distribution, in nanoseconds.
@@ -13,17 +14,6 @@ pub struct Quantiles {
     pub p99: u64,
     /// How many observations they were taken from.
     pub count: u64,
-}
-
-/// The `q`-quantile (0..=1) of `sorted` by the nearest-rank method (the smallest sample with
-/// at least a fraction `q` of the samples at or below it); `None` when there are no samples.
-pub fn quantile_sorted(sorted: &[u64], q: f64) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let n = sorted.len();
-    let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as usize).clamp(1, n);
-    Some(sorted[rank - 1])
 }
 
 /// p50, p90 and p99 of `samples` (sorted here); `None` when empty.
@@ -71,9 +61,6 @@ mod tests {
         let mut v: Vec<u64> = (1..=100).rev().collect();
         let q = quantiles(&mut v).unwrap();
         assert_eq!((q.p50, q.p90, q.p99, q.count), (50, 90, 99, 100));
-        assert_eq!(quantile_sorted(&[7], 0.99), Some(7));
-        assert_eq!(quantile_sorted(&[1, 2], 0.0), Some(1));
-        assert_eq!(quantile_sorted(&[1, 2], 1.0), Some(2));
         assert!(quantiles(&mut []).is_none());
     }
 

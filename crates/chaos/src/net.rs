@@ -57,7 +57,6 @@
 //! ([`Net::keep_on_drop`] to leave partitions and loss in place; delays always end with it).
 
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
-use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -72,6 +71,7 @@ use std::time::Duration;
 
 use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, Object, ObjectBuilder, TcHook, TcHookBuilder};
+use waverunner_netns as netns;
 
 /// The BPF object, compiled from `bpf/net_chaos.bpf.c` by `build.rs`.
 static BPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/net_chaos.bpf.o"));
@@ -393,7 +393,7 @@ impl Net {
     /// The addresses `node` currently drops packets from (empty: not partitioned).
     pub fn blocked_from(&self, node: &NodeSpec) -> Result<Vec<Ipv4Addr>> {
         let _st = self.lock();
-        if !netns_exists(&node.netns) {
+        if !netns::exists(&node.netns) {
             return Ok(Vec::new());
         }
         let out = match nft(
@@ -576,7 +576,7 @@ fn heal_partitions_locked(net: &Net, st: &mut State) -> Result<()> {
         Ok(())
     };
     for ns in net.namespaces(st) {
-        if !netns_exists(&ns) {
+        if !netns::exists(&ns) {
             continue;
         }
         // `add` then `delete`, in one transaction: deletes our table whether or not it exists.
@@ -614,7 +614,7 @@ fn clear_locked(st: &mut State, ns: &str) -> Result<()> {
         write_bridge_loss(st)?;
     }
     let pump = st.pumps.remove(ns);
-    if !netns_exists(ns) {
+    if !netns::exists(ns) {
         if let Some(p) = pump {
             p.stop();
         }
@@ -840,71 +840,27 @@ fn parse_nft_elements(out: &str) -> Vec<Ipv4Addr> {
 }
 
 // ---------------------------------------------------------------------------- namespaces
+//
+// The namespace helpers are `waverunner_netns`'s; these adapt their errors.
 
-fn netns_path(ns: &str) -> PathBuf {
-    Path::new("/run/netns").join(ns)
-}
-
-fn netns_exists(ns: &str) -> bool {
-    netns_path(ns).exists()
-}
-
-/// Runs `f` on a fresh thread that has entered network namespace `ns` (the calling thread's
-/// namespace is untouched).
-fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    let file = File::open(netns_path(ns)).map_err(|e| {
-        err(format!(
-            "network namespace {ns}: cannot open {}: {e}",
-            netns_path(ns).display()
-        ))
-    })?;
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            enter_netns(&file, ns)?;
-            f()
-        })
-        .join()
-        .unwrap_or_else(|_| {
-            Err(err(format!(
-                "network namespace {ns}: worker thread panicked"
-            )))
-        })
-    })
-}
-
-fn enter_netns(file: &File, ns: &str) -> Result<()> {
-    // SAFETY: setns on a valid descriptor affects only the calling thread's network namespace.
-    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r != 0 {
-        return Err(err(format!(
-            "setns into network namespace {ns}: {} (needs root)",
-            std::io::Error::last_os_error()
-        )));
+impl From<String> for NetError {
+    fn from(s: String) -> NetError {
+        NetError(s)
     }
-    Ok(())
+}
+
+/// Runs `f` on a thread inside network namespace `ns` (the calling thread's is untouched).
+fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    netns::run_in_scoped(ns, f)
 }
 
 /// Index of a device in the calling thread's namespace.
 fn ifindex(name: &str) -> Option<u32> {
-    let c = CString::new(name).ok()?;
-    // SAFETY: c is a valid NUL-terminated string.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    (i != 0).then_some(i)
+    netns::ifindex(name).ok().map(|i| i as u32)
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| err(format!("cannot run `{cmd} {}`: {e}", args.join(" "))))?;
-    if !out.status.success() {
-        return Err(err(format!(
-            "`{cmd} {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    netns::command(cmd, args).map_err(NetError)
 }
 
 // ---------------------------------------------------------------------------- BPF
@@ -1068,7 +1024,7 @@ fn prog_map_ids(prog_id: u32) -> Vec<u32> {
 
 /// The maps of the program attached to `eth0` in `ns`, if any.
 fn attached_maps(ns: &str) -> Result<Option<Maps>> {
-    if !netns_exists(ns) {
+    if !netns::exists(ns) {
         return Ok(None);
     }
     let ids = in_netns(ns, || {
@@ -1118,7 +1074,7 @@ fn prog_fd<'a>(obj: &'a Object, name: &str) -> Result<BorrowedFd<'a>> {
 /// Makes sure our programs are attached to `eth0` egress and ingress in `ns` (loading them if
 /// not, keeping the existing maps if one direction survived) and returns their maps.
 fn ensure_attached(ns: &str) -> Result<Maps> {
-    if !netns_exists(ns) {
+    if !netns::exists(ns) {
         return Err(err(format!("network namespace {ns} does not exist")));
     }
     let ids = in_netns(ns, || {
@@ -1193,8 +1149,7 @@ impl Pump {
     /// Creates the taps in `ns`, attaches the re-injection programs, starts the thread, and
     /// only then points the BPF program at the taps.
     fn start(ns: &str, maps: &Maps) -> Result<Pump> {
-        let file =
-            File::open(netns_path(ns)).map_err(|e| err(format!("network namespace {ns}: {e}")))?;
+        let file = netns::open(ns)?;
         let map_ids = maps.ids()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<Result<[u32; 2]>>();
@@ -1204,7 +1159,7 @@ impl Pump {
             .name(format!("wrc-pump-{ns}"))
             .spawn(move || {
                 let setup = (|| {
-                    enter_netns(&file, &ns2)?;
+                    netns::enter_file(&file, &ns2)?;
                     drop(file);
                     // Best effort: a pump that waits behind busy threads adds to the delay.
                     // SAFETY: gettid and setpriority on our own thread id.

@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 use waverunner_bench::floor::{self, Floor, FloorOptions};
 use waverunner_bench::report::{self, ModeResult, Outcome, Row};
 use waverunner_bench::scale::{self, Counts, Disruption, SizeResult, Snapshot};
-use waverunner_bench::{cpu, netns, stats, sweep};
+use waverunner_bench::{cpu, stats, sweep};
 use waverunner_client::load::{open_loop, Workload};
 use waverunner_kv::{Cond, Expiry, Op};
+use waverunner_netns as netns;
 use waverunner_node::config::{DataPlaneKind, DurabilityMode};
 
 use crate::cluster::{self, ClusterFile, NetnsChoice, StatusView, UpOptions};

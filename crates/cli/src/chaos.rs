@@ -433,7 +433,7 @@ fn sleep_unless(d: Duration, stop: &AtomicBool) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Network faults (waverunner_chaos::net) and membership change (cluster::add_member /
+// Network faults (waverunner_chaos::net) and membership change (member::add_member /
 // remove_member): the plug-in points of the scheduler.
 // ---------------------------------------------------------------------------------------------
 

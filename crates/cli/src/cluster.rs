@@ -1,5 +1,5 @@
 //! The local cluster: `waverunner up`, `down`, `status` and `kv` (and, in `member.rs`,
-//! `waverunner member add|remove`, re-exported here as [`add_member`] and [`remove_member`]).
+//! `waverunner member add|remove`).
 //!
 //! `up` writes one `node.toml` per replica under a cluster directory, starts every replica as a
 //! detached `waverunner node` process (each in its own network namespace when run as root), and
@@ -28,12 +28,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
-use waverunner_bench::netns::{self, ip};
+use waverunner_netns::{self as netns, ip};
 use waverunner_node::config::{self, DataPlaneKind, DurabilityMode, Listen, Peer, ReadModeConfig};
 use waverunner_node::NodeConfig;
-
-#[allow(unused_imports)] // The chaos harness calls them through here.
-pub use crate::member::{add_member, remove_member};
 
 /// First port of a loopback cluster: replica i uses `P+i`, `P+100+i`, … `P+400+i`.
 pub const DEFAULT_BASE_PORT: u16 = 17000;
@@ -161,31 +158,12 @@ impl ClusterFile {
         dir.join(CLUSTER_FILE)
     }
 
-    /// Admin HTTP addresses, in node order.
-    #[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
-    pub fn admin_addrs(&self) -> Vec<SocketAddr> {
-        self.nodes.iter().map(|n| n.addresses.admin).collect()
-    }
-
     /// Native client addresses, in node order (what [`waverunner_client::Client::connect`] takes).
     pub fn client_addrs(&self) -> Vec<SocketAddr> {
         self.nodes.iter().map(|n| n.addresses.client).collect()
     }
 
-    /// Redis addresses, in node order.
-    #[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
-    pub fn redis_addrs(&self) -> Vec<SocketAddr> {
-        self.nodes.iter().map(|n| n.addresses.redis).collect()
-    }
-
-    /// memcached addresses, in node order.
-    #[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
-    pub fn memcache_addrs(&self) -> Vec<SocketAddr> {
-        self.nodes.iter().map(|n| n.addresses.memcache).collect()
-    }
-
     /// The replica with this id.
-    #[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
     pub fn node(&self, id: u64) -> Option<&NodeEntry> {
         self.nodes.iter().find(|n| n.id == id)
     }
@@ -317,7 +295,6 @@ impl UpOptions {
     }
 
     /// A 3-replica cluster in `dir` with the replica's own defaults.
-    #[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
     pub fn new(dir: impl Into<PathBuf>) -> UpOptions {
         UpOptions {
             nodes: 3,
@@ -657,7 +634,6 @@ pub(crate) static RESTART_LOCK: Mutex<()> = Mutex::new(());
 
 /// Starts replica `id` of the cluster in `dir` again from its `node.toml` (after `kill_node`
 /// with SIGKILL, say), records its new pid and returns it.
-#[allow(dead_code)] // Reused by chaos, bench and the demo, which are not built yet.
 pub fn restart_node(dir: &Path, id: u64) -> Result<u32, String> {
     let _guard = RESTART_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let mut cf = load(dir)?;
@@ -1791,8 +1767,11 @@ mod tests {
         let back = load(&dir).unwrap();
         assert_eq!(back, cf);
         assert_eq!(back.client_addrs()[1], "10.77.0.12:7100".parse().unwrap());
-        assert_eq!(back.redis_addrs().len(), 3);
-        assert_eq!(back.admin_addrs()[2], "10.77.0.13:8080".parse().unwrap());
+        assert_eq!(back.nodes.len(), 3);
+        assert_eq!(
+            back.nodes[2].addresses.admin,
+            "10.77.0.13:8080".parse().unwrap()
+        );
         let json: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(ClusterFile::path(&dir)).unwrap()).unwrap();
         assert_eq!(json["mode"], "netns");

@@ -56,6 +56,18 @@ impl Workload {
     }
 }
 
+/// The `q`-quantile (0..=1) of `sorted` by the nearest-rank method (the smallest sample with
+/// at least a fraction `q` of the samples at or below it); `None` when there are no samples.
+/// The one definition of a sample quantile: the load generator and the benchmarks use it.
+pub fn quantile_sorted(sorted: &[u64], q: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let n = sorted.len();
+    let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as usize).clamp(1, n);
+    Some(sorted[rank - 1])
+}
+
 /// What a load run measured.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -77,13 +89,9 @@ impl Report {
         self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// The `q`-quantile latency in µs (0 without samples).
+    /// The `q`-quantile latency in µs by [`quantile_sorted`] (0 without samples).
     pub fn percentile(&self, q: f64) -> u64 {
-        if self.latencies_us.is_empty() {
-            return 0;
-        }
-        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
-        self.latencies_us[i]
+        quantile_sorted(&self.latencies_us, q).unwrap_or(0)
     }
 
     /// One line: throughput and percentiles.
@@ -237,4 +245,26 @@ pub fn open_loop(
     }
     r.latencies_us.sort_unstable();
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        assert_eq!(quantile_sorted(&[], 0.5), None);
+        assert_eq!(quantile_sorted(&[7], 0.99), Some(7));
+        assert_eq!(quantile_sorted(&[1, 2], 0.0), Some(1));
+        assert_eq!(quantile_sorted(&[1, 2], 0.5), Some(1));
+        assert_eq!(quantile_sorted(&[1, 2], 1.0), Some(2));
+        let sorted: Vec<u64> = (1..=100).collect();
+        assert_eq!(quantile_sorted(&sorted, 0.99), Some(99));
+        let r = Report {
+            latencies_us: sorted,
+            ..Report::default()
+        };
+        assert_eq!((r.percentile(0.5), r.percentile(0.9)), (50, 90));
+        assert_eq!(Report::default().percentile(0.99), 0);
+    }
 }

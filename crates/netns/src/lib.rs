@@ -1,21 +1,25 @@
-//! Network namespaces: the `ip` command, and running code inside a namespace.
+//! Network namespaces, the one module the cluster launcher, the benchmarks and the chaos
+//! harness share: the `ip` command, entering a namespace, running code inside one, and
+//! removing what a run left behind.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::process::Command;
 
-/// Runs `ip ARGS` and returns its standard output, or an error naming the command.
-pub fn ip(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
+/// Runs `cmd ARGS` and returns its standard output, or an error naming the command and
+/// carrying its standard error.
+pub fn command(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd).args(args).output().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound && cmd == "ip" {
             "the `ip` command is missing: install iproute2 (apt-get install iproute2)".to_string()
         } else {
-            format!("cannot run `ip {}`: {e}", args.join(" "))
+            format!("cannot run `{cmd} {}`: {e}", args.join(" "))
         }
     })?;
     if !out.status.success() {
         return Err(format!(
-            "`ip {}` failed: {}",
+            "`{cmd} {}` failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
@@ -23,19 +27,61 @@ pub fn ip(args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Moves the calling thread into network namespace `ns` (a name of `ip netns`). Sockets the
-/// thread opens afterwards belong to that namespace; other threads are not affected.
-pub fn enter(ns: &str) -> Result<(), String> {
-    let path = format!("/var/run/netns/{ns}");
-    let f = File::open(&path).map_err(|e| format!("network namespace {ns}: {path}: {e}"))?;
+/// Runs `ip ARGS` and returns its standard output, or an error naming the command.
+pub fn ip(args: &[&str]) -> Result<String, String> {
+    command("ip", args)
+}
+
+/// Where `ip netns` keeps namespace `ns`.
+pub fn path(ns: &str) -> PathBuf {
+    PathBuf::from("/run/netns").join(ns)
+}
+
+/// Whether namespace `ns` exists.
+pub fn exists(ns: &str) -> bool {
+    path(ns).exists()
+}
+
+/// Opens namespace `ns`, to enter it later ([`enter_file`]).
+pub fn open(ns: &str) -> Result<File, String> {
+    File::open(path(ns)).map_err(|e| format!("network namespace {ns}: {}: {e}", path(ns).display()))
+}
+
+/// Moves the calling thread into the namespace `file` refers to (`ns` names it in errors).
+pub fn enter_file(file: &File, ns: &str) -> Result<(), String> {
     // SAFETY: setns on a descriptor we own; it changes only the calling thread's namespace.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
         return Err(format!(
             "setns into network namespace {ns}: {} (needs root)",
             std::io::Error::last_os_error()
         ));
     }
     Ok(())
+}
+
+/// Moves the calling thread into network namespace `ns` (a name of `ip netns`). Sockets the
+/// thread opens afterwards belong to that namespace; other threads are not affected.
+pub fn enter(ns: &str) -> Result<(), String> {
+    enter_file(&open(ns)?, ns)
+}
+
+/// Runs `f` on a scoped thread inside network namespace `ns` (it may borrow from the caller)
+/// and returns what it returns; the calling thread's namespace is untouched.
+pub fn run_in_scoped<T, E, F>(ns: &str, f: F) -> Result<T, E>
+where
+    T: Send,
+    E: Send + From<String>,
+    F: FnOnce() -> Result<T, E> + Send,
+{
+    let file = open(ns)?;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            enter_file(&file, ns)?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(format!("the thread in network namespace {ns} panicked").into()))
+    })
 }
 
 /// Runs `f` on a new thread inside network namespace `ns` and returns what it returns.
