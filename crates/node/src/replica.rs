@@ -491,6 +491,8 @@ pub struct Replica<S: StateMachine> {
     keepalive: Arc<KeepAlive>,
     /// The term, role and leader last in `/status`.
     published: (u64, Role, u64),
+    /// The commit index at the end of the last ready batch: it never goes back.
+    commit_seen: u64,
     /// When the transport last received a frame from each peer (for the log line that
     /// explains a leader's step-down; bounded by the members).
     heard: HashMap<u64, Instant>,
@@ -615,6 +617,7 @@ impl<S: StateMachine> Replica<S> {
             status,
             keepalive,
             published: (0, Role::Follower, 0),
+            commit_seen: 0,
             heard: HashMap::new(),
             addresses,
             // Request ids are unique across restarts: an entry proposed by an earlier
@@ -1494,6 +1497,21 @@ impl<S: StateMachine> Replica<S> {
             Some(r) => r.pending.extend(committed),
             None => self.apply_committed(&committed),
         }
+        // Beliefs the rest of the loop builds on (the simulator checks the same of the core).
+        let commit = self.raft.commit_index();
+        assert!(
+            commit >= self.commit_seen,
+            "node {}: commit index went back from {} to {commit}",
+            self.cfg.id,
+            self.commit_seen
+        );
+        assert!(
+            self.state.applied <= commit,
+            "node {}: applied index {} beyond the commit index {commit}",
+            self.cfg.id,
+            self.state.applied
+        );
+        self.commit_seen = commit;
         for p in std::mem::take(&mut rd.dataplane_proposals) {
             self.push_proposal(&p);
         }
@@ -1535,6 +1553,12 @@ impl<S: StateMachine> Replica<S> {
             if e.index <= self.state.applied {
                 continue;
             }
+            assert_eq!(
+                e.index,
+                self.state.applied + 1,
+                "node {}: a committed entry after a gap",
+                self.cfg.id
+            );
             self.counters.applied_entries += 1;
             self.snap_bytes += e.data.len() as u64;
             if !self.admin_pending.is_empty() {
