@@ -134,10 +134,16 @@ fn parse_seeds(s: &str) -> Result<Range<u64>, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The simulator runs the replicas' host code, whose info lines (enables, disables) would
+    // be millions per run: warnings only unless asked.
+    let default_level = match cli.command {
+        Command::Sim(_) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WAVERUNNER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -219,6 +225,8 @@ fn sim(a: SimArgs) -> ExitCode {
         total.snapshot_pieces_dropped += s.snapshot_pieces_dropped;
         total.snapshot_transfers_abandoned += s.snapshot_transfers_abandoned;
         total.retransmissions += s.retransmissions;
+        total.ring_reordered += s.ring_reordered;
+        total.held_appends += s.held_appends;
         total.fast_rejects += s.fast_rejects;
         total.reads_sent += s.reads_sent;
         total.reads_checked += s.reads_checked;
@@ -237,12 +245,13 @@ fn sim(a: SimArgs) -> ExitCode {
         }
     }
     println!(
-        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed ({} pieces delivered, {} dropped as duplicate or out of order, {} transfers abandoned unfinished), {} retransmitted entries, {} fast-path rejects, {} ReadIndex reads ({} checked against acknowledged writes, {} refused), {} keepalive messages from paused replicas",
+        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables, {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed ({} pieces delivered, {} dropped as duplicate or out of order, {} transfers abandoned unfinished), {} retransmitted entries, {} ring records out of order, {} appends held and pushed again, {} fast-path rejects, {} ReadIndex reads ({} checked against acknowledged writes, {} refused), {} keepalive messages from paused replicas",
         reports.len(), a.nodes, started.elapsed().as_secs_f64(), total.events, total.writes_acked, total.writes_sent,
         total.writes_acked_by_dataplane, total.dataplane_enables, total.dataplane_disables, total.crashes, total.lost_logs,
         total.pauses, total.partitions, total.loss_bursts, total.membership_changes, total.transfers,
         total.deposed, total.snapshots_installed, total.snapshot_pieces, total.snapshot_pieces_dropped,
-        total.snapshot_transfers_abandoned, total.retransmissions, total.fast_rejects,
+        total.snapshot_transfers_abandoned, total.retransmissions, total.ring_reordered,
+        total.held_appends, total.fast_rejects,
         total.reads_sent, total.reads_checked, total.reads_refused, total.keepalives
     );
     println!("seeds={} violations={violations}", reports.len());

@@ -238,6 +238,43 @@ pub trait DataPlane: Send {
     fn tick(&self) {}
 }
 
+/// A boxed data plane is one: the node chooses xdp or udp at start.
+impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+    fn enable(&mut self, regs: &fp::Registers, peers: &[(u64, SocketAddrV4)]) -> io::Result<()> {
+        (**self).enable(regs, peers)
+    }
+    fn disable(&mut self) -> fp::Registers {
+        (**self).disable()
+    }
+    fn drain(&mut self, out: &mut Vec<RingRecord>) {
+        (**self).drain(out)
+    }
+    fn push(&mut self, pkt: &[u8]) -> io::Result<()> {
+        (**self).push(pkt)
+    }
+    fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
+        (**self).send_to(pkt, to)
+    }
+    fn registers(&self) -> fp::Registers {
+        (**self).registers()
+    }
+    fn counters(&self) -> Counters {
+        (**self).counters()
+    }
+    fn latency(&self) -> LatencyHistogram {
+        (**self).latency()
+    }
+    fn socket(&self) -> io::Result<std::net::UdpSocket> {
+        (**self).socket()
+    }
+    fn tick(&self) {
+        (**self).tick()
+    }
+}
+
 /// Writes the leader's clock into a client request's payload if it is an entry envelope
 /// (see [`STAMP_OFFSET`]).
 pub fn stamp(payload: &mut [u8], now_ms: u64) {

@@ -162,16 +162,16 @@ fn start_replica_with<S: StateMachine>(
     } else {
         let d = fastpath::open(&cfg, tx.clone(), blind_reply_body, client_requests)
             .map_err(StartError)?;
-        let sock = d.plane.socket().map_err(|e| {
+        let sock = d.0.plane.socket().map_err(|e| {
             StartError(format!(
                 "cannot share the {} data plane's socket: {e}",
-                d.plane.kind()
+                d.0.plane.kind()
             ))
         })?;
         tracing::info!(
             "node {}: {} data plane on {} (starts disabled; the leader enables it)",
             cfg.id,
-            d.plane.kind(),
+            d.0.plane.kind(),
             cfg.listen.client
         );
         (Some(d), Some(sock))

@@ -10,17 +10,15 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use waverunner_dataplane::RingRecord;
 use waverunner_fastpath as fp;
 use waverunner_raft::{
-    Bytes, ConfChange, Config as RaftConfig, DataPlaneCommand, DataPlaneState, DisableReason,
-    Entry, EntryKind, HardState, Message, MessageBody, Proposal, ProposeError, Raft, ReadError,
-    ReadMode, Ready, Role, Snapshot,
+    Bytes, ConfChange, Config as RaftConfig, DataPlaneCommand, DataPlaneState, Entry, EntryKind,
+    HardState, Message, Proposal, ProposeError, Raft, ReadError, ReadMode, Ready, Role, Snapshot,
 };
 use waverunner_storage::Storage;
 
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
-use crate::fastpath::{self as fpath, DpClient, DpHost, SoftwareLatency};
+use crate::fastpath::{self as fpath, DpHost, SoftwareLatency};
 use crate::metrics::{Counters, Histogram, MemberStatus, Status};
 use crate::sm::{
     EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated, StateMachine,
@@ -517,8 +515,12 @@ pub struct Replica<S: StateMachine> {
     /// The addresses the transport talks to: configured peers, the replicated address book,
     /// and addresses peers advertised (for ids known no other way).
     peer_addrs: BTreeMap<u64, SocketAddr>,
-    /// The data plane, if one is configured.
+    /// The data plane, if one is configured, and its host side.
     dp: Option<DpHost>,
+    /// A wake-up for ring records is queued (the data plane's wake hook coalesces on it).
+    dp_wake: Arc<std::sync::atomic::AtomicBool>,
+    /// The origin of the time the host logic is given ([`waverunner_host::Time`]).
+    epoch: Instant,
     /// Replication latency measured by software (leader, data plane off).
     sw_latency: SoftwareLatency,
     /// When the leader last proposed upkeep work, and the entry's index (it proposes no more
@@ -553,7 +555,7 @@ impl<S: StateMachine> Replica<S> {
         status: Arc<Mutex<Status>>,
         keepalive: Arc<KeepAlive>,
         addresses: crate::metrics::Addresses,
-        dp: Option<DpHost>,
+        dp: Option<(DpHost, Arc<std::sync::atomic::AtomicBool>)>,
     ) -> Result<Replica<S>, Fatal> {
         let durability = match cfg.durability {
             DurabilityMode::Memory => waverunner_storage::Durability::Memory,
@@ -604,7 +606,7 @@ impl<S: StateMachine> Replica<S> {
         if let Some(d) = dp.as_mut() {
             for p in &cfg.peers {
                 if let Some(SocketAddr::V4(a)) = p.client {
-                    d.peers.insert(p.id, a);
+                    d.0.peers.insert(p.id, a);
                 }
             }
         }
@@ -635,7 +637,11 @@ impl<S: StateMachine> Replica<S> {
             latest_hard: persisted_hard,
             admin_pending: Vec::new(),
             peer_addrs,
-            dp,
+            dp_wake: dp
+                .as_ref()
+                .map_or_else(Default::default, |(_, w)| w.clone()),
+            dp: dp.map(|(d, _)| d),
+            epoch: Instant::now(),
             sw_latency: SoftwareLatency::default(),
             housekeeping: (Instant::now(), 0),
             snap_job: None,
@@ -1178,7 +1184,10 @@ impl<S: StateMachine> Replica<S> {
             ..fp::Header::new(u64::from(fpath::GROUP))
         };
         if d.plane
-            .send_to(&fpath::packet(h, &env), SocketAddr::V4(to))
+            .send_to(
+                &waverunner_host::dataplane::packet(h, &env),
+                SocketAddr::V4(to),
+            )
             .is_err()
         {
             return false;
@@ -1253,10 +1262,10 @@ impl<S: StateMachine> Replica<S> {
 
     fn on_tick(&mut self, ticks: u64) {
         debug_assert!(ticks >= 1);
-        if let Some(d) = &self.dp {
-            d.plane.tick();
+        let now = self.now();
+        if let Some(d) = self.dp.as_mut() {
+            d.on_tick(&self.raft, now);
         }
-        self.held_timeout();
         for _ in 0..ticks {
             self.raft.tick();
         }
@@ -1486,7 +1495,9 @@ impl<S: StateMachine> Replica<S> {
             self.counters.fsyncs += 1;
         }
         if let Some(last) = rd.entries.last() {
-            self.deferred_ack(last.index);
+            if let Some(d) = self.dp.as_mut() {
+                d.deferred_ack(&self.raft, last.index);
+            }
         }
         for m in messages {
             let to = m.to;
@@ -1512,8 +1523,10 @@ impl<S: StateMachine> Replica<S> {
             self.state.applied
         );
         self.commit_seen = commit;
-        for p in std::mem::take(&mut rd.dataplane_proposals) {
-            self.push_proposal(&p);
+        if let Some(d) = self.dp.as_mut() {
+            for p in std::mem::take(&mut rd.dataplane_proposals) {
+                d.push_proposal(&p);
+            }
         }
         for context in rd.read_refusals {
             let Ok(b) = <[u8; 8]>::try_from(context.as_slice()) else {
@@ -1840,7 +1853,9 @@ impl<S: StateMachine> Replica<S> {
     fn publish(&mut self) {
         self.published = (self.raft.term(), self.raft.role(), self.raft.leader());
         let t = &self.transport.stats;
-        self.counters.frames_rejected = t.frames_rejected.load(Ordering::Relaxed);
+        // Peer frames the transport refused, and fast-path packets the host could not read.
+        self.counters.frames_rejected = t.frames_rejected.load(Ordering::Relaxed)
+            + self.dp.as_ref().map_or(0, |d| d.stats.bad_packets);
         self.counters.frames_dropped = t.frames_dropped.load(Ordering::Relaxed);
         self.counters.peer_connections_lost = t.closed_found.load(Ordering::Relaxed);
         self.counters.keepalives_sent = self.keepalive.sent.load(Ordering::Relaxed);
@@ -1997,456 +2012,38 @@ pub fn role_name(r: Role) -> &'static str {
 
 /// The host side of the data plane (DESIGN §3, `docs/dataplane.md`).
 impl<S: StateMachine> Replica<S> {
+    /// The time for the host logic: since this replica started.
+    fn now(&self) -> waverunner_host::Time {
+        self.epoch.elapsed()
+    }
+
     /// Carries out the core's `Enable` / `Disable`.
     fn on_dataplane_command(&mut self, cmd: DataPlaneCommand) -> Result<(), Fatal> {
+        let now = self.now();
         let Some(d) = self.dp.as_mut() else {
             return Err(Fatal(format!(
                 "data-plane command {cmd:?} without a data plane"
             )));
         };
-        match cmd {
-            DataPlaneCommand::Enable(r) => {
-                let regs = fp::Registers::from_core(&r, u64::from(fpath::GROUP));
-                let peers: Vec<(u64, std::net::SocketAddrV4)> = r
-                    .match_index
-                    .iter()
-                    .filter(|(id, _)| *id != self.cfg.id)
-                    .filter_map(|(id, _)| d.peers.get(id).map(|a| (*id, *a)))
-                    .collect();
-                d.acked_persisted = r.last_index;
-                d.clients.clear();
-                d.remote_pending.clear();
-                d.reorder.clear();
-                d.commits.clear();
-                d.held.clear();
-                d.plane.enable(&regs, &peers).map_err(|e| {
-                    Fatal(format!(
-                        "cannot enable the {} data plane: {e}",
-                        d.plane.kind()
-                    ))
-                })?;
-                d.enables += 1;
-                d.enabled_term = r.term;
-                tracing::info!(
-                    "node {}: {} data plane enabled in term {} ({}, last index {})",
-                    self.cfg.id,
-                    d.plane.kind(),
-                    r.term,
-                    if r.is_leader { "leader" } else { "follower" },
-                    r.last_index
-                );
-            }
-            DataPlaneCommand::Disable(reason) => {
-                let regs = d.plane.disable();
-                let name = fpath::reason_name(reason);
-                *d.disables.entry(name.clone()).or_default() += 1;
-                d.last_reason = name;
-                self.on_ring();
-                let regs = regs.to_core();
-                if regs.last_index != self.raft.last_index() {
-                    return Err(Fatal(format!(
-                        "the data plane's last index {} differs from the log's {} after draining its ring",
-                        regs.last_index,
-                        self.raft.last_index()
-                    )));
-                }
-                self.raft.dataplane_disabled(regs);
-                tracing::info!(
-                    "node {}: data plane disabled ({reason:?}); software Raft continues in term {}",
-                    self.cfg.id,
-                    self.raft.term()
-                );
-            }
-        }
-        Ok(())
+        d.command(&mut self.raft, cmd, now).map_err(Fatal)
     }
 
     /// Feeds every record on the data plane's ring to the core.
     fn on_ring(&mut self) {
+        let now = self.now();
         let Some(d) = self.dp.as_mut() else { return };
-        d.wake_pending.store(false, Ordering::Release);
-        let mut recs = std::mem::take(&mut d.records);
-        d.plane.drain(&mut recs);
-        let leader = self.raft.role() == Role::Leader;
-        // XDP runs on every CPU: records of handler calls on different CPUs can reach the
-        // ring in another order than the handler produced them (the ring slot is reserved
-        // before the handler's lock). Entries are fed by index, commits once their entry is in.
-        // In order (the common case) a record goes straight through; only records behind a
-        // missing entry wait in the reorder maps.
-        let mut entries = Vec::new();
-        let mut commits = Vec::new();
-        let mut next = self.raft.last_index() + 1;
-        for rec in recs.drain(..) {
-            match rec {
-                RingRecord::Entry(e) if e.index == next && d.reorder.is_empty() => {
-                    entries.push(e);
-                    next += 1;
-                }
-                RingRecord::Entry(e) => {
-                    d.reorder.insert(e.index, e);
-                }
-                RingRecord::Commit { index, replied } if index < next => {
-                    commits.push((index, replied));
-                }
-                RingRecord::Commit { index, replied } => {
-                    *d.commits.entry(index).or_default() |= replied;
-                }
-            }
-        }
-        while let Some(e) = d.reorder.remove(&next) {
-            entries.push(e);
-            next += 1;
-        }
-        while d.reorder.first_key_value().is_some_and(|(&i, _)| i < next) {
-            let (i, _) = d.reorder.pop_first().expect("non-empty");
-            tracing::error!(
-                "node {}: ring entry {i} is behind the log; dropped",
-                self.cfg.id
-            );
-        }
-        while d.commits.first_key_value().is_some_and(|(&c, _)| c < next) {
-            commits.push(d.commits.pop_first().expect("non-empty"));
-        }
-        let stuck = d.reorder.len() > waverunner_dataplane::RING_CAPACITY;
-        // Followers learn the commit index from the next append. When an entry another
-        // replica waits for (it forwarded the request) commits and no append follows it, the
-        // leader pushes an empty one at once instead of at the next idle heartbeat.
-        let mut announce = false;
-        for e in entries {
-            if leader && e.flags & fp::F_HEARTBEAT == 0 && e.payload.len() >= 9 {
-                let origin = u64::from_le_bytes(e.payload[1..9].try_into().expect("8"));
-                let d = self.dp.as_mut().expect("data plane");
-                if origin != 0 && origin != self.cfg.id {
-                    d.remote_pending.insert(e.index);
-                }
-                let native = e.payload[0] == waverunner_dataplane::ENVELOPE_TAG && origin == 0;
-                if let (Some(source), true) = (e.source, native) {
-                    let c = DpClient {
-                        source,
-                        client: e.from,
-                        seq: e.seq,
-                        replied: false,
-                    };
-                    d.remember(e.index, c);
-                }
-            }
-            let entry = Entry {
-                term: e.term,
-                index: e.index,
-                kind: EntryKind::Normal,
-                data: e.payload.into(),
-            };
-            if let Err(err) = self.raft.dataplane_append(entry) {
-                tracing::error!(
-                    "node {}: refused ring entry {}: {err}",
-                    self.cfg.id,
-                    e.index
-                );
-            }
-        }
-        for (index, replied) in commits {
-            let d = self.dp.as_mut().expect("data plane");
-            while d.remote_pending.first().is_some_and(|&i| i <= index) {
-                d.remote_pending.pop_first();
-                announce = index == self.raft.last_index();
-            }
-            if replied {
-                if let Some(c) = d.clients.get_mut(&index) {
-                    c.replied = true;
-                }
-            }
-            self.raft.dataplane_commit(index);
-        }
-        if stuck {
-            tracing::error!(
-                "node {}: ring entries wait for a missing one; disabling the data plane",
-                self.cfg.id
-            );
-            self.raft.dataplane_halted(DisableReason::Host);
-        }
-        if let Some(d) = self.dp.as_mut() {
-            d.records = recs;
-        }
-        if announce && leader && matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
-            self.push_proposal(&[]);
-        }
-        if !leader {
-            self.release_held();
-            self.held_timeout();
-        }
-        // A handler halt that passed nothing up (a follower's retransmissions ran out) is
-        // seen only in the registers.
-        if matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
-            if let Some(d) = self.dp.as_ref() {
-                let r = d.plane.registers();
-                if r.enabled == 0 && r.halt_reason != 0 {
-                    self.raft
-                        .dataplane_halted(fpath::halt_reason(r.halt_reason));
-                }
-            }
-        }
+        self.dp_wake.store(false, Ordering::Release);
+        d.consume_ring(&mut self.raft, now);
     }
 
     /// A fast-path packet the data plane passed up: software Raft handles it as the Raft
     /// message it is.
     fn on_fast(&mut self, src: SocketAddr, pkt: &[u8]) {
-        let Ok((h, payload)) = fp::Header::decode(pkt) else {
-            self.counters.frames_rejected += 1;
-            return;
-        };
-        if u64::from(h.group_id) != u64::from(fpath::GROUP) {
-            self.counters.frames_rejected += 1;
-            return;
-        }
-        // Records the data plane produced before it passed this packet up come first.
-        self.on_ring();
-        let id = self.cfg.id;
-        match h.kind {
-            fp::APPEND if self.hold_reordered(&h, pkt) => {}
-            fp::APPEND => {
-                let m = Message {
-                    from: h.from,
-                    to: id,
-                    term: h.term,
-                    body: MessageBody::Append {
-                        prev_index: h.index,
-                        prev_term: h.log_term,
-                        entries: vec![Entry {
-                            term: h.term,
-                            index: h.index + 1,
-                            kind: EntryKind::Normal,
-                            data: payload.to_vec().into(),
-                        }],
-                        // A follower takes min(leader commit, last new entry).
-                        commit: h.commit.min(h.index + 1),
-                    },
-                };
-                let _ = self.raft.step(m);
-                // The leader replicates through its data plane while this replica's is off
-                // (it timed out, restarted, or missed the accelerate election): it would stay
-                // off for good, and it may not be able to answer in software at all (a new
-                // leader's address is unknown after a lost log). Tell the leader, which
-                // disables, repairs in software and enables every replica again.
-                let off = self.raft.dataplane_state() == DataPlaneState::Off;
-                if off && (h.term == self.raft.term() || self.raft.last_index() <= h.index) {
-                    self.reject_fast_append(src);
-                }
-            }
-            fp::ACK => {
-                let m = Message {
-                    from: h.from,
-                    to: id,
-                    term: h.term,
-                    body: MessageBody::AppendResponse {
-                        reject: false,
-                        index: h.index,
-                        hint_index: 0,
-                        hint_term: 0,
-                        recovering: false,
-                    },
-                };
-                let _ = self.raft.step(m);
-            }
-            fp::RETX_REQ => self.retransmit(src, h.index),
-            _ => {}
-        }
-    }
-
-    /// Follower with the data plane on: an append the data plane passed up because it is a
-    /// little ahead of the log (the leader's appends can leave out of order, see
-    /// `XdpProgram::set_reorder_window`). Held until the gap fills, then pushed through the
-    /// data plane; never stepped into software Raft, which would disable the data plane.
-    /// Returns whether the append was taken care of here.
-    fn hold_reordered(&mut self, h: &fp::Header, pkt: &[u8]) -> bool {
-        let DataPlaneState::On { term } = self.raft.dataplane_state() else {
-            return false;
-        };
-        if self.raft.role() == Role::Leader || h.term != term {
-            return false;
-        }
-        let Some(d) = self.dp.as_mut() else {
-            return false;
-        };
-        let last = d.plane.registers().last_index;
-        if h.index < last {
-            return true; // a duplicate of what the data plane has
-        }
-        if d.held.len() >= fpath::MAX_HELD {
-            d.held.pop_last();
-        }
-        d.held.insert(h.index, (Instant::now(), pkt.to_vec()));
-        self.release_held();
-        true
-    }
-
-    /// Pushes held appends that now continue the log through the data plane, and tells the
-    /// leader (memory durability: the pushed appends' own acks went nowhere).
-    fn release_held(&mut self) {
-        let memory = self.cfg.durability == DurabilityMode::Memory;
-        let leader = self.raft.leader();
+        let now = self.now();
+        let removed = self.state.removed.contains(&self.cfg.id);
         let Some(d) = self.dp.as_mut() else { return };
-        if d.held.is_empty() {
-            return;
-        }
-        let mut pushed = false;
-        loop {
-            let r = d.plane.registers();
-            if r.enabled == 0 {
-                d.held.clear();
-                return;
-            }
-            while d
-                .held
-                .first_key_value()
-                .is_some_and(|(&i, _)| i < r.last_index)
-            {
-                d.held.pop_first();
-            }
-            let Some((_, pkt)) = d.held.remove(&r.last_index) else {
-                if pushed && !d.held.is_empty() {
-                    // A retransmitted batch filled part of the gap: ask for the rest now
-                    // rather than after the hold timeout.
-                    for (t, _) in d.held.values_mut() {
-                        *t = Instant::now() - fpath::HOLD_TIMEOUT;
-                    }
-                }
-                if pushed && memory {
-                    let h = fp::Header {
-                        term: r.term,
-                        index: r.last_index,
-                        ..fpath::header(fp::ACK, self.cfg.id)
-                    };
-                    if let Some(&to) = d.peers.get(&leader) {
-                        let _ = d.plane.send_to(&fpath::packet(h, &[]), SocketAddr::V4(to));
-                    }
-                }
-                return;
-            };
-            if d.plane.push(&pkt).is_err() {
-                return;
-            }
-            d.reordered += 1;
-            pushed = true;
-            if r.last_index == d.plane.registers().last_index {
-                return; // the push did not append (asynchronous data plane): next time
-            }
-        }
-    }
-
-    /// A held append whose gap did not fill in time: ask the leader to retransmit.
-    fn held_timeout(&mut self) {
-        let leader = self.raft.leader();
-        let Some(d) = self.dp.as_mut() else { return };
-        let Some(oldest) = d.held.values().map(|(t, _)| *t).min() else {
-            return;
-        };
-        if oldest.elapsed() < fpath::HOLD_TIMEOUT {
-            return;
-        }
-        let r = d.plane.registers();
-        let h = fp::Header {
-            term: r.term,
-            index: r.last_index,
-            log_term: r.last_term,
-            ..fpath::header(fp::RETX_REQ, self.cfg.id)
-        };
-        if let Some(&to) = d.peers.get(&leader) {
-            let _ = d.plane.send_to(&fpath::packet(h, &[]), SocketAddr::V4(to));
-        }
-        for (t, _) in d.held.values_mut() {
-            *t = Instant::now();
-        }
-    }
-
-    /// A data-plane append reached this replica while its own data plane is off. It says so
-    /// on the fast path: a REJECT makes the leader's data plane halt; software repairs this
-    /// replica over TCP (from which it also learns the leader's address, which a replica that
-    /// lost its log may not know) and the leader enables every replica again.
-    /// Rate-limited: one per [`fpath::REJECT_EVERY`].
-    fn reject_fast_append(&mut self, to: SocketAddr) {
-        // A replica that knows it was removed stays quiet (it still hears an xdp leader's
-        // multicast appends). One that lost its log cannot know whether it is a member (a
-        // replica that joined starts from a configuration without itself), so it speaks up.
-        if self.state.removed.contains(&self.cfg.id) {
-            return;
-        }
-        let (last, last_term, term) = (
-            self.raft.last_index(),
-            self.raft.term_of(self.raft.last_index()).unwrap_or(0),
-            self.raft.term(),
-        );
-        let Some(d) = self.dp.as_mut() else { return };
-        let now = Instant::now();
-        if d.last_reject
-            .is_some_and(|t| now.duration_since(t) < fpath::REJECT_EVERY)
-        {
-            return;
-        }
-        d.last_reject = Some(now);
-        let h = fp::Header {
-            term,
-            index: last,
-            log_term: last_term,
-            ..fpath::header(fp::REJECT, self.cfg.id)
-        };
-        if d.plane.send_to(&fpath::packet(h, &[]), to).is_ok() {
-            d.rejects_sent += 1;
-        }
-    }
-
-    /// The leader answers a retransmission request from its log, staying enabled; a follower
-    /// behind the snapshot needs software (InstallSnapshot).
-    fn retransmit(&mut self, to: SocketAddr, follower_last: u64) {
-        let DataPlaneState::On { term } = self.raft.dataplane_state() else {
-            return;
-        };
-        if self.raft.role() != Role::Leader {
-            return;
-        }
-        if follower_last + 1 < self.raft.first_index() {
-            self.raft.dataplane_halted(DisableReason::SnapshotNeeded);
-            return;
-        }
-        // One retransmission per follower position at a time: a follower keeps asking while it
-        // waits (its gap packets), and answering every request again would flood it with
-        // duplicates (a retransmission storm under load).
-        if let Some(d) = self.dp.as_mut() {
-            let now = Instant::now();
-            if let Some((last, at)) = d.retx_sent.get(&to) {
-                if *last == follower_last && now.duration_since(*at) < fpath::RETX_SPACING {
-                    return;
-                }
-            }
-            if d.retx_sent.len() >= 64 {
-                d.retx_sent.clear();
-            }
-            d.retx_sent.insert(to, (follower_last, now));
-        }
-        let hi = self
-            .raft
-            .last_index()
-            .min(follower_last + fpath::RETX_BATCH);
-        let commit = self.raft.commit_index();
-        let Some(d) = self.dp.as_mut() else { return };
-        for e in self.raft.entries(follower_last + 1, hi) {
-            if e.term != term {
-                continue;
-            }
-            let Some(prev_term) = self.raft.term_of(e.index - 1) else {
-                break;
-            };
-            let h = fp::Header {
-                kind: fp::APPEND,
-                term,
-                index: e.index - 1,
-                log_term: prev_term,
-                commit,
-                ..fpath::header(fp::APPEND, self.cfg.id)
-            };
-            if d.plane.send_to(&fpath::packet(h, &e.data), to).is_ok() {
-                d.retransmitted += 1;
-            }
-        }
+        self.dp_wake.store(false, Ordering::Release);
+        let _ = d.on_packet(&mut self.raft, src, pkt, removed, now);
     }
 
     /// A request forwarded by replica `env.origin` over the fast path reached this replica's
@@ -2487,66 +2084,14 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// fsync durability with the data plane on: acknowledge what is now on disk.
-    fn deferred_ack(&mut self, persisted: u64) {
-        let DataPlaneState::On { term } = self.raft.dataplane_state() else {
-            return;
-        };
-        if self.cfg.durability != DurabilityMode::Fsync {
-            return;
-        }
-        let leader = self.raft.role() == Role::Leader;
-        let leader_id = self.raft.leader();
-        let Some(d) = self.dp.as_mut() else { return };
-        if persisted <= d.acked_persisted {
-            return;
-        }
-        d.acked_persisted = persisted;
-        let h = fp::Header {
-            term,
-            index: persisted,
-            ..fpath::header(fp::ACK, self.cfg.id)
-        };
-        let pkt = fpath::packet(h, &[]);
-        let r = if leader {
-            d.plane.push(&pkt)
-        } else if let Some(&to) = d.peers.get(&leader_id) {
-            d.plane.send_to(&pkt, SocketAddr::V4(to))
-        } else {
-            Ok(())
-        };
-        if let Err(e) = r {
-            tracing::warn!("node {}: cannot send a deferred ack: {e}", self.cfg.id);
-        }
-    }
-
-    /// The leader pushes a proposal (or an idle heartbeat) through its data plane.
-    fn push_proposal(&mut self, payload: &[u8]) {
-        let Some(d) = self.dp.as_mut() else { return };
-        let mut h = fpath::header(fp::CLIENT_REQUEST, self.cfg.id);
-        if payload.is_empty() {
-            h.flags = fp::F_HEARTBEAT;
-            d.heartbeats += 1;
-        }
-        if let Err(e) = d.plane.push(&fpath::packet(h, payload)) {
-            tracing::warn!(
-                "node {}: cannot push through the data plane: {e}",
-                self.cfg.id
-            );
-        }
-    }
-
     /// The leader answers a native client whose request its data plane ordered, unless the
     /// data plane already did (exactly one reply per acknowledged write).
     fn answer_fast_client(&mut self, index: u64, env: &Envelope, outcome: &Outcome) {
         let leader = self.raft.leader();
         let Some(d) = self.dp.as_mut() else { return };
-        let Some(c) = d.clients.remove(&index) else {
+        let Some(c) = d.take_client(index, env.client, env.seq) else {
             return;
         };
-        if c.replied || c.client != env.client || c.seq != env.seq {
-            return;
-        }
         let (status, body): (u8, &[u8]) = match outcome {
             Outcome::Applied(r) | Outcome::Duplicate(r) => (waverunner_client::proto::STATUS_OK, r),
             Outcome::Stale => (
@@ -2563,16 +2108,7 @@ impl<S: StateMachine> Replica<S> {
             payload[0] = waverunner_client::proto::STATUS_ERROR;
             payload.extend_from_slice(b"result too large for a datagram; use RESP or memcached");
         }
-        let h = fp::Header {
-            seq: c.seq,
-            index,
-            ..fpath::header(fp::CLIENT_REPLY, self.cfg.id)
-        };
-        if d.plane
-            .send_to(&fpath::packet(h, &payload), SocketAddr::V4(c.source))
-            .is_ok()
-        {
-            d.host_replies += 1;
+        if d.reply(c, index, &payload) {
             self.counters.answered += 1;
         }
     }
@@ -2596,15 +2132,16 @@ impl<S: StateMachine> Replica<S> {
         if let Some(d) = &self.dp {
             let c = d.plane.counters();
             let r = d.plane.registers();
-            f.enabled_term = d.enabled_term;
-            f.enables = d.enables;
-            f.disables = d.disables.clone();
-            f.last_disable_reason = d.last_reason.clone();
-            f.retransmitted = d.retransmitted;
-            f.host_replies = d.host_replies;
-            f.heartbeats = d.heartbeats;
-            f.reordered = d.reordered;
-            f.rejects_sent = d.rejects_sent;
+            let h = &d.stats;
+            f.enabled_term = h.enabled_term;
+            f.enables = h.enables;
+            f.disables = h.disables.clone();
+            f.last_disable_reason = h.last_reason.clone();
+            f.retransmitted = h.retransmitted;
+            f.host_replies = h.host_replies;
+            f.heartbeats = h.heartbeats;
+            f.reordered = h.reordered;
+            f.rejects_sent = h.rejects_sent;
             f.handled = c.handled;
             f.punted = c.punted;
             f.dropped = c.dropped;

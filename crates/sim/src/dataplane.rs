@@ -1,51 +1,66 @@
 //! A simulated data plane: the real C handler (`waverunner-fastpath`) over a registers struct,
 //! a bounded user-space log ring, and the client table the XDP program would keep in a map.
+//! It implements the same [`DataPlane`] trait as the udp and xdp planes, so the host logic
+//! that drives it (`waverunner_host::dataplane`) is the code the node ships. What it would put
+//! on a wire or hand to its host's hooks waits in an outbox the world delivers.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
+use waverunner_dataplane::{
+    Counters, DataPlane, LatencyHistogram, RingEntry, RingRecord, RING_CAPACITY,
+};
 use waverunner_fastpath as fp;
-use waverunner_raft::{DataPlaneRegisters, Entry, EntryKind, Index, NodeId};
+use waverunner_raft::{Index, NodeId};
 
-/// Ring capacity in records (the paper's MCDMA ring). A full ring drops the input packet
-/// *before* the handler runs, so nothing is handled that the host cannot see.
-pub const RING_CAPACITY: usize = 1024;
+use crate::rng::Rng;
 
 /// The group id every simulated replica uses.
-pub const GROUP_ID: u64 = 7;
+pub const GROUP_ID: u32 = 7;
 
-/// One record on the user-space log ring.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RingRecord {
-    /// An entry the data plane appended.
-    Append(Entry),
-    /// The data plane's commit index advanced.
-    Commit(Index),
+/// The simulated fast-path address of replica `id`.
+pub fn addr_of(id: NodeId) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::from(id as u32), 7)
 }
 
-/// What the caller must do after a packet went through the data plane.
-#[derive(Debug, Default)]
-pub struct Effects {
-    /// Packets to send: (destination, header, payload).
-    pub send: Vec<(NodeId, fp::Header, Vec<u8>)>,
-    /// The input goes to the host software untouched.
-    pub to_host: bool,
-    /// The handler halted (cleared its enable flag) for this reason.
-    pub halted: Option<u32>,
-    /// Client writes the data plane declared committed: (write id, index, term).
-    pub acked: Vec<(u64, Index, u64)>,
-    /// The packet was dropped because the ring was full.
-    pub ring_full: bool,
+/// The replica at a simulated fast-path address.
+pub fn id_of(a: SocketAddr) -> NodeId {
+    match a {
+        SocketAddr::V4(a) => NodeId::from(u32::from(*a.ip())),
+        SocketAddr::V6(_) => 0,
+    }
+}
+
+/// What the data plane did that the world carries out.
+#[derive(Debug)]
+pub enum Out {
+    /// A packet onto the network.
+    Send(NodeId, fp::Header, Vec<u8>),
+    /// A packet for the host software (the handler passed it up, or the plane is off), as
+    /// the data plane's host hook gets it: the source and the whole UDP payload.
+    ToHost(NodeId, Vec<u8>),
+    /// A client write the data plane declared committed: (write id, index, term).
+    Acked(u64, Index, u64),
 }
 
 /// A replica's data plane.
 #[derive(Debug)]
 pub struct SimDataPlane {
     /// The registers (the paper's CSRs).
-    pub regs: fp::Registers,
+    regs: fp::Registers,
     /// The user-space log ring, bounded by [`RING_CAPACITY`].
-    pub ring: VecDeque<RingRecord>,
+    ring: VecDeque<RingRecord>,
     /// Leader: index → client write id of entries awaiting commit (bounded by the ring).
     pending: BTreeMap<Index, u64>,
+    /// What waits for the world (bounded by what one event produces).
+    outbox: RefCell<Vec<Out>>,
+    /// Some seeds: records reach the ring out of order, as from XDP on several CPUs (the
+    /// ring slot is reserved before the handler's lock), drawn from this.
+    reorder: Option<Rng>,
+    /// Adjacent records swapped so far.
+    pub reordered: u64,
     /// Counters: packets handled, punted to the host, dropped.
     pub handled: u64,
     pub punted: u64,
@@ -53,17 +68,21 @@ pub struct SimDataPlane {
 }
 
 impl SimDataPlane {
-    /// A disabled data plane for `self_id`.
-    pub fn new(self_id: NodeId) -> SimDataPlane {
+    /// A disabled data plane for `self_id`; with `reorder`, its ring swaps adjacent records
+    /// now and then.
+    pub fn new(self_id: NodeId, reorder: Option<Rng>) -> SimDataPlane {
         let regs = fp::Registers {
             self_id,
-            group_id: GROUP_ID,
+            group_id: u64::from(GROUP_ID),
             ..Default::default()
         };
         SimDataPlane {
             regs,
             ring: VecDeque::new(),
             pending: BTreeMap::new(),
+            outbox: RefCell::new(Vec::new()),
+            reorder,
+            reordered: 0,
             handled: 0,
             punted: 0,
             dropped: 0,
@@ -75,95 +94,166 @@ impl SimDataPlane {
         self.regs.enabled != 0
     }
 
-    /// Loads registers handed over by the Raft core and sets the enable flag.
-    pub fn enable(&mut self, r: &DataPlaneRegisters) {
-        assert!(!self.enabled(), "enable while enabled");
-        assert!(self.ring.is_empty(), "enable with an undrained ring");
-        assert!(
-            r.match_index.len() <= fp::MAX_NODES,
-            "too many voters for the data plane"
-        );
-        let regs = fp::Registers::from_core(r, GROUP_ID);
-        self.regs = regs;
-        self.pending.clear();
+    /// Whether records wait on the ring.
+    pub fn ring_pending(&self) -> bool {
+        !self.ring.is_empty()
     }
 
-    /// Clears the enable flag (the handler is synchronous here, so nothing is in flight).
-    pub fn disable(&mut self) {
-        self.regs.enabled = 0;
-        self.pending.clear();
+    /// What the data plane did since the last call, in order.
+    pub fn take_outbox(&mut self) -> Vec<Out> {
+        std::mem::take(self.outbox.get_mut())
     }
 
-    /// The registers read back for the Raft core.
-    pub fn export(&self) -> DataPlaneRegisters {
-        self.regs.to_core()
-    }
-
-    /// Runs one packet through the handler, as the XDP program would.
-    pub fn receive(&mut self, from: NodeId, hdr: &fp::Header, payload: &[u8]) -> Effects {
-        let mut fx = Effects::default();
-        if !self.enabled() {
-            fx.to_host = true;
+    /// Runs one packet through the handler, as the XDP program would on ingress.
+    pub fn receive(&mut self, from: NodeId, hdr: &fp::Header, payload: &[u8]) {
+        let to_host = |out: &mut Vec<Out>| {
+            let mut pkt = Vec::with_capacity(fp::HDR_LEN + payload.len());
+            hdr.encode(payload, &mut pkt);
+            out.push(Out::ToHost(from, pkt));
+        };
+        let enabled = self.enabled();
+        let out = self.outbox.get_mut();
+        if !enabled {
             self.punted += 1;
-            return fx;
+            to_host(out);
+            return;
         }
         if self.ring.len() + 2 > RING_CAPACITY {
-            fx.ring_full = true;
+            // A full ring drops the input *before* the handler runs, so nothing is handled
+            // that the host cannot see.
             self.dropped += 1;
-            return fx;
+            return;
         }
-        let out = fp::handle(&mut self.regs, hdr);
-        let a = out.actions;
+        let res = fp::handle(&mut self.regs, hdr);
+        let a = res.actions;
         if a.contains(fp::Actions::RING_ENTRY) {
-            let e = Entry {
-                term: out.entry_term,
-                index: out.entry_index,
-                kind: EntryKind::Normal,
-                data: payload.to_vec().into(),
-            };
-            self.ring.push_back(RingRecord::Append(e));
-            if hdr.kind == fp::CLIENT_REQUEST && hdr.flags & fp::F_HEARTBEAT == 0 {
-                self.pending.insert(out.entry_index, hdr.seq);
+            self.ring.push_back(RingRecord::Entry(RingEntry {
+                index: res.entry_index,
+                term: res.entry_term,
+                flags: hdr.flags,
+                from: hdr.from,
+                seq: hdr.seq,
+                source: None,
+                payload: payload.to_vec(),
+            }));
+            if hdr.kind == fp::CLIENT_REQUEST && hdr.flags & fp::F_BLIND_WRITE != 0 {
+                self.pending.insert(res.entry_index, hdr.seq);
             }
         }
         if a.contains(fp::Actions::BROADCAST) {
             for slot in 0..self.regs.n_nodes as usize {
                 let id = self.regs.ids[slot];
                 if id != self.regs.self_id {
-                    fx.send.push((id, out.msg, payload.to_vec()));
+                    out.push(Out::Send(id, res.msg, payload.to_vec()));
                 }
             }
         }
-        if a.contains(fp::Actions::REPLY) {
-            fx.send.push((from, out.msg, Vec::new()));
+        if a.contains(fp::Actions::REPLY) && from != self.regs.self_id {
+            out.push(Out::Send(from, res.msg, Vec::new()));
         }
         if a.contains(fp::Actions::RING_COMMIT) {
-            self.ring.push_back(RingRecord::Commit(out.commit_index));
+            let mut replied = false;
             if self.regs.is_leader != 0 {
                 let done: Vec<Index> = self
                     .pending
-                    .range(..=out.commit_index)
+                    .range(..=res.commit_index)
                     .map(|(&i, _)| i)
                     .collect();
                 for i in done {
                     let w = self.pending.remove(&i).expect("pending entry");
-                    fx.acked.push((w, i, self.regs.term));
+                    replied |= i == res.commit_index;
+                    out.push(Out::Acked(w, i, self.regs.term));
                 }
             }
+            self.ring.push_back(RingRecord::Commit {
+                index: res.commit_index,
+                replied,
+            });
         }
         if a.contains(fp::Actions::HALT) {
             assert_eq!(self.regs.enabled, 0, "handler halted but stayed enabled");
-            fx.halted = Some(out.halt_reason);
         }
         if a.contains(fp::Actions::TO_HOST) {
-            fx.to_host = true;
             self.punted += 1;
+            to_host(out);
         } else {
             self.handled += 1;
         }
         if a.contains(fp::Actions::DROP) {
             self.dropped += 1;
         }
-        fx
+    }
+}
+
+fn bad(e: impl std::fmt::Debug) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{e:?}"))
+}
+
+impl DataPlane for SimDataPlane {
+    fn kind(&self) -> &'static str {
+        "sim"
+    }
+
+    fn enable(&mut self, regs: &fp::Registers, _peers: &[(u64, SocketAddrV4)]) -> io::Result<()> {
+        assert!(!self.enabled(), "enable while enabled");
+        assert!(self.ring.is_empty(), "enable with an undrained ring");
+        assert!(regs.enabled != 0, "enable with registers that are off");
+        self.regs = *regs;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// The handler is synchronous here, so nothing is in flight.
+    fn disable(&mut self) -> fp::Registers {
+        self.regs.enabled = 0;
+        self.pending.clear();
+        self.regs
+    }
+
+    fn drain(&mut self, out: &mut Vec<RingRecord>) {
+        let from = out.len();
+        out.extend(self.ring.drain(..));
+        if let Some(rng) = self.reorder.as_mut() {
+            let mut i = from;
+            while i + 1 < out.len() {
+                if rng.chance(0.2) {
+                    out.swap(i, i + 1);
+                    self.reordered += 1;
+                    i += 1;
+                }
+                i += 1;
+            }
+        }
+    }
+
+    fn push(&mut self, pkt: &[u8]) -> io::Result<()> {
+        let (h, payload) = fp::Header::decode(pkt).map_err(bad)?;
+        self.receive(self.regs.self_id, &h, payload);
+        Ok(())
+    }
+
+    fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
+        let (h, payload) = fp::Header::decode(pkt).map_err(bad)?;
+        self.outbox
+            .borrow_mut()
+            .push(Out::Send(id_of(to), h, payload.to_vec()));
+        Ok(())
+    }
+
+    fn registers(&self) -> fp::Registers {
+        self.regs
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
+            handled: self.handled,
+            punted: self.punted,
+            dropped: self.dropped,
+            ..Counters::default()
+        }
+    }
+
+    fn latency(&self) -> LatencyHistogram {
+        LatencyHistogram::default()
     }
 }

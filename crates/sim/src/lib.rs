@@ -22,9 +22,24 @@ pub use world::{Durability, SeedReport, SimOptions, Stats, World};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Runs one seed.
+/// Runs one seed. An assertion that fails in the code under test (the Raft core, the host,
+/// the handler's wrapper) is a violation of that seed, not the end of the run.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
-    World::new(seed, opts.clone()).run()
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        World::new(seed, opts.clone()).run()
+    }));
+    run.unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic".into());
+        SeedReport {
+            seed,
+            violations: vec![format!("assertion failed: {what}")],
+            stats: Stats::default(),
+        }
+    })
 }
 
 /// Runs `seeds` on `threads` worker threads and returns the reports in seed order.

@@ -4,24 +4,26 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::time::Duration;
 
 use waverunner_fastpath as fp;
 use waverunner_raft::{
-    Bootstrap, ConfChange, ConfState, Config, DataPlaneCommand, DataPlaneState, DisableReason,
-    Entry, EntryKind, HardState, Index, Message, MessageBody, NodeId, Proposal, Raft, ReadMode,
-    Role, Snapshot, Term,
+    Bootstrap, ConfChange, ConfState, Config, DataPlaneState, Entry, EntryKind, HardState, Index,
+    Message, MessageBody, NodeId, Proposal, Raft, ReadMode, Role, Snapshot, Term,
 };
 
 use crate::checker::{entry_hash, Checker};
-use crate::dataplane::{RingRecord, SimDataPlane, GROUP_ID};
+use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
 use crate::rng::Rng;
+use waverunner_host::dataplane::{DataPlaneHost, HostStats};
 
 /// One simulated millisecond: the Raft tick.
 pub const TICK_US: u64 = 1_000;
 /// The client id that simulated clients put in their requests.
 const CLIENT_ID: u64 = 1 << 40;
-/// Bound on entries retransmitted for one retransmission request.
-const RETX_BATCH: u64 = 64;
+/// Host calls in a row one event may cause through the data plane (a push the handler passes
+/// up to the host, which pushes again, ...): beyond it the world reports a loop.
+const MAX_PLANE_ROUNDS: usize = 10_000;
 
 /// What survives a crash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +93,10 @@ pub struct Stats {
     pub snapshot_pieces_dropped: u64,
     pub snapshot_transfers_abandoned: u64,
     pub retransmissions: u64,
+    /// Ring records the simulated data plane delivered out of order (the host's reorder maps).
+    pub ring_reordered: u64,
+    /// Appends a follower's host held for reordering and pushed through its data plane.
+    pub held_appends: u64,
     /// REJECTs sent by followers whose data plane was off.
     pub fast_rejects: u64,
     /// ReadIndex reads started (a replica whose data plane is on, or that knows no leader,
@@ -232,7 +238,8 @@ struct Node {
     raft: Option<Raft>,
     disk: Disk,
     sm: Sm,
-    dp: SimDataPlane,
+    /// The data plane and its host side: the code the node runs.
+    host: DataPlaneHost<SimDataPlane>,
     incarnation: u64,
     paused: bool,
     /// When the pause began (simulated µs).
@@ -240,8 +247,6 @@ struct Node {
     removed: bool,
     /// Writes this node took from clients into its software log.
     requests: HashSet<u64>,
-    /// Highest index acknowledged to the data plane after persisting (fsync mode).
-    acked_persisted: Index,
     poll_pending: bool,
     /// Commit index seen last in this incarnation (commit never goes back).
     last_commit: Index,
@@ -298,16 +303,6 @@ pub struct World {
     checker: Checker,
     stats: Stats,
     seed: u64,
-}
-
-fn halt_reason(code: u32) -> DisableReason {
-    match code {
-        fp::HALT_TERM_MISMATCH => DisableReason::TermMismatch,
-        fp::HALT_LOG_MISMATCH => DisableReason::LogMismatch,
-        fp::HALT_REJECT_RECEIVED => DisableReason::RejectReceived,
-        fp::HALT_RETX_EXHAUSTED => DisableReason::RetransmitExhausted,
-        _ => DisableReason::Host,
-    }
 }
 
 impl World {
@@ -436,17 +431,19 @@ impl World {
             raft: Some(raft),
             disk: Disk::default(),
             sm: Sm::default(),
-            dp: SimDataPlane::new(id),
+            host: self.new_host(id),
             incarnation: 1,
             paused: false,
             paused_at: 0,
             removed: false,
             requests: HashSet::new(),
-            acked_persisted: 0,
             poll_pending: false,
             last_commit: 0,
             compact_every,
         };
+        for n in self.nodes.values_mut() {
+            n.host.peers.insert(id, addr_of(id));
+        }
         self.nodes.insert(id, node);
         let phase = self.rng.range(0, TICK_US);
         self.schedule(phase, Ev::Tick(id, 1));
@@ -494,7 +491,15 @@ impl World {
             .filter_map(|n| n.raft.as_ref().map(|r| r.term()))
             .max()
             .unwrap_or(0);
-        self.stats.dataplane_handled = self.nodes.values().map(|n| n.dp.handled).sum();
+        self.stats.dataplane_handled = self.nodes.values().map(|n| n.host.plane.handled).sum();
+        let live: Vec<(HostStats, u64)> = self
+            .nodes
+            .values()
+            .map(|n| (n.host.stats.clone(), n.host.plane.reordered))
+            .collect();
+        for (h, reordered) in &live {
+            self.add_host_stats(h, *reordered);
+        }
         SeedReport {
             seed: self.seed,
             violations: std::mem::take(&mut self.checker.violations),
@@ -512,6 +517,18 @@ impl World {
                     return;
                 }
                 if !n.paused {
+                    if self.opts.dataplane {
+                        // As the node's loop does every tick: the ring first, then the data
+                        // plane's upkeep and held appends that waited too long.
+                        self.consume_ring(id);
+                        let now = self.now_time();
+                        let n = self.nodes.get_mut(&id).unwrap();
+                        if let Some(raft) = n.raft.as_ref() {
+                            n.host.on_tick(raft, now);
+                        }
+                        self.flush_plane(id);
+                    }
+                    let n = self.nodes.get_mut(&id).unwrap();
                     n.raft.as_mut().unwrap().tick();
                     self.drive(id);
                 } else if self.keepalive {
@@ -632,34 +649,86 @@ impl World {
 
     /// A fast-path packet arrives at `id`: through the data plane first, as in XDP.
     fn fast_ingress(&mut self, id: NodeId, from: NodeId, hdr: fp::Header, payload: Vec<u8>) {
-        let fx = self
-            .nodes
+        self.nodes
             .get_mut(&id)
             .unwrap()
-            .dp
+            .host
+            .plane
             .receive(from, &hdr, &payload);
-        for (to, h, p) in fx.send {
-            if to == id {
-                continue;
-            }
-            self.send(id, to, Packet::Fast(h, p));
-        }
-        for (w, index, term) in fx.acked {
-            self.stats.writes_acked += 1;
-            self.stats.writes_acked_by_dataplane += 1;
-            let h = entry_hash(EntryKind::Normal, &write_payload(w));
-            self.checker.on_ack(self.now, w, index, term, h, true);
-        }
-        if let Some(code) = fx.halted {
-            self.raft_mut(id).dataplane_halted(halt_reason(code));
-        }
-        if fx.to_host {
-            self.host_fast(id, from, hdr, payload);
-        }
-        if !self.nodes[&id].dp.ring.is_empty() {
-            self.schedule_poll(id);
-        }
+        self.flush_plane(id);
         self.drive(id);
+    }
+
+    /// Carries out what `id`'s data plane did: packets onto the network, writes it declared
+    /// committed, and packets for its host, which the host logic takes (and which may make the
+    /// data plane do more). A client request the data plane passed up goes to the replica's
+    /// front-end instead.
+    fn flush_plane(&mut self, id: NodeId) {
+        for _ in 0..MAX_PLANE_ROUNDS {
+            let outs = self.nodes.get_mut(&id).unwrap().host.plane.take_outbox();
+            if outs.is_empty() {
+                if self.nodes[&id].host.plane.ring_pending() {
+                    self.schedule_poll(id);
+                }
+                return;
+            }
+            for o in outs {
+                match o {
+                    Out::Send(to, h, p) => {
+                        if to != id {
+                            self.send(id, to, Packet::Fast(h, p));
+                        }
+                    }
+                    Out::Acked(w, index, term) => {
+                        self.stats.writes_acked += 1;
+                        self.stats.writes_acked_by_dataplane += 1;
+                        let h = entry_hash(EntryKind::Normal, &write_payload(w));
+                        self.checker.on_ack(self.now, w, index, term, h, true);
+                    }
+                    Out::ToHost(from, pkt) => self.pass_up(id, from, &pkt),
+                }
+            }
+        }
+        self.checker.report(
+            self.now,
+            format!("node {id}: its data plane and host kept feeding each other"),
+        );
+    }
+
+    /// A packet the data plane passed up: a client request to the front-end (it proposes),
+    /// anything else to the host logic.
+    fn pass_up(&mut self, id: NodeId, from: NodeId, pkt: &[u8]) {
+        let now = self.now_time();
+        let n = self.nodes.get_mut(&id).unwrap();
+        let Some(raft) = n.raft.as_mut() else { return };
+        match fp::Header::decode(pkt) {
+            Ok((h, payload)) if h.kind == fp::CLIENT_REQUEST => {
+                if let Some(w) = write_id(payload) {
+                    if let Ok(Proposal::Appended(_) | Proposal::ViaDataPlane) =
+                        raft.propose(payload.to_vec())
+                    {
+                        n.requests.insert(w);
+                    }
+                }
+            }
+            _ => {
+                let _ = n
+                    .host
+                    .on_packet(raft, addr_of(from).into(), pkt, n.removed, now);
+            }
+        }
+    }
+
+    fn raft_mut(&mut self, id: NodeId) -> &mut Raft {
+        self.nodes
+            .get_mut(&id)
+            .and_then(|n| n.raft.as_mut())
+            .expect("live node")
+    }
+
+    /// The simulated clock as the host logic takes it.
+    fn now_time(&self) -> waverunner_host::Time {
+        Duration::from_micros(self.now)
     }
 
     fn schedule_poll(&mut self, id: NodeId) {
@@ -673,141 +742,24 @@ impl World {
         self.schedule(d, Ev::Poll(id, inc));
     }
 
-    fn raft_mut(&mut self, id: NodeId) -> &mut Raft {
-        self.nodes
-            .get_mut(&id)
-            .and_then(|n| n.raft.as_mut())
-            .expect("live node")
-    }
-
-    /// The host consumes the user-space log ring.
+    /// The host consumes the user-space log ring (the node: a ring wake-up, every tick).
     fn consume_ring(&mut self, id: NodeId) {
+        let now = self.now_time();
         let n = self.nodes.get_mut(&id).unwrap();
         let Some(raft) = n.raft.as_mut() else { return };
-        while let Some(rec) = n.dp.ring.pop_front() {
-            match rec {
-                RingRecord::Append(e) => {
-                    if let Err(err) = raft.dataplane_append(e.clone()) {
-                        self.checker.report(
-                            self.now,
-                            format!("node {id} refused ring entry {}: {err:?}", e.index),
-                        );
-                    }
-                }
-                RingRecord::Commit(c) => raft.dataplane_commit(c),
-            }
-        }
+        n.host.consume_ring(raft, now);
+        self.check_ring(id);
+        self.flush_plane(id);
     }
 
-    /// Software handling of a fast-path packet the data plane passed up (or did not take).
-    fn host_fast(&mut self, id: NodeId, from: NodeId, hdr: fp::Header, payload: Vec<u8>) {
-        match hdr.kind {
-            fp::CLIENT_REQUEST => {
-                let raft = self.raft_mut(id);
-                match raft.propose(payload.clone()) {
-                    Ok(Proposal::Appended(_)) => {
-                        if let Some(w) = write_id(&payload) {
-                            self.nodes.get_mut(&id).unwrap().requests.insert(w);
-                        }
-                    }
-                    Ok(Proposal::ViaDataPlane) | Err(_) => {}
-                }
-            }
-            fp::APPEND => {
-                let m = Message {
-                    from: hdr.from,
-                    to: id,
-                    term: hdr.term,
-                    body: MessageBody::Append {
-                        prev_index: hdr.index,
-                        prev_term: hdr.log_term,
-                        entries: vec![Entry {
-                            term: hdr.term,
-                            index: hdr.index + 1,
-                            kind: EntryKind::Normal,
-                            data: payload.into(),
-                        }],
-                        // Raft's follower takes min(leader commit, last new entry); a
-                        // retransmitted append may carry a commit beyond its one entry.
-                        commit: hdr.commit.min(hdr.index + 1),
-                    },
-                };
-                let _ = self.raft_mut(id).step(m);
-                // As the replica does (crates/node, docs/dataplane.md): a follower whose data
-                // plane is off answers a data-plane append of its term with a REJECT, which
-                // halts the leader's data plane so that every replica is enabled again.
-                let raft = self.nodes[&id].raft.as_ref().expect("live node");
-                let off = raft.dataplane_state() == DataPlaneState::Off;
-                if off && (hdr.term == raft.term() || raft.last_index() <= hdr.index) {
-                    let reject = fp::Header {
-                        kind: fp::REJECT,
-                        term: raft.term(),
-                        from: id,
-                        index: raft.last_index(),
-                        log_term: raft.term_of(raft.last_index()).unwrap_or(0),
-                        ..fp::Header::new(GROUP_ID)
-                    };
-                    self.stats.fast_rejects += 1;
-                    self.send(id, from, Packet::Fast(reject, Vec::new()));
-                }
-            }
-            fp::ACK => {
-                let m = Message {
-                    from: hdr.from,
-                    to: id,
-                    term: hdr.term,
-                    body: MessageBody::AppendResponse {
-                        reject: false,
-                        index: hdr.index,
-                        hint_index: 0,
-                        hint_term: 0,
-                        recovering: false,
-                    },
-                };
-                let _ = self.raft_mut(id).step(m);
-            }
-            fp::RETX_REQ => self.retransmit(id, from, hdr.index),
-            _ => {}
-        }
-    }
-
-    /// The leader's host answers a retransmission request from its log, staying enabled.
-    fn retransmit(&mut self, id: NodeId, to: NodeId, follower_last: Index) {
-        if !self.nodes[&id].dp.enabled() || self.nodes[&id].dp.regs.is_leader == 0 {
-            return;
-        }
-        self.consume_ring(id);
-        let regs = self.nodes[&id].dp.regs;
-        let raft = self.nodes[&id].raft.as_ref().unwrap();
-        if follower_last + 1 < raft.first_index() {
-            self.raft_mut(id)
-                .dataplane_halted(DisableReason::SnapshotNeeded);
-            return;
-        }
-        let hi = raft.last_index().min(follower_last + RETX_BATCH);
-        let mut out = Vec::new();
-        for e in raft.entries(follower_last + 1, hi) {
-            if e.term != regs.term {
-                continue;
-            }
-            let Some(prev_term) = raft.term_of(e.index - 1) else {
-                break;
-            };
-            let hdr = fp::Header {
-                kind: fp::APPEND,
-                term: regs.term,
-                from: id,
-                index: e.index - 1,
-                log_term: prev_term,
-                commit: regs.commit_index,
-                len: e.data.len() as u16,
-                ..fp::Header::new(GROUP_ID)
-            };
-            out.push((hdr, e.data));
-        }
-        self.stats.retransmissions += out.len() as u64;
-        for (h, p) in out {
-            self.send(id, to, Packet::Fast(h, p.to_vec()));
+    /// The host took every ring entry its data plane appended.
+    fn check_ring(&mut self, id: NodeId) {
+        let refused = self.nodes[&id].host.stats.ring_refused;
+        if refused > 0 {
+            self.checker.report(
+                self.now,
+                format!("node {id}: {refused} ring entries refused or behind the log"),
+            );
         }
     }
 
@@ -822,7 +774,7 @@ impl World {
             if !raft.has_ready() {
                 break;
             }
-            let rd = raft.ready();
+            let mut rd = raft.ready();
             let mut elected = None;
 
             if let Some(ss) = rd.soft_state {
@@ -849,31 +801,16 @@ impl World {
                 }
             }
 
-            match rd.dataplane {
-                Some(DataPlaneCommand::Enable(r)) => {
-                    n.dp.enable(&r);
-                    n.acked_persisted = r.last_index;
-                    self.stats.dataplane_enables += 1;
+            if let Some(cmd) = rd.dataplane.take() {
+                // Before the messages of this ready: an Enable must be in force when they go
+                // out (as the node does it).
+                if let Err(e) = n.host.command(raft, cmd, Duration::from_micros(now)) {
+                    self.checker.report(now, format!("node {id}: {e}"));
                 }
-                Some(DataPlaneCommand::Disable(_)) => {
-                    n.dp.disable();
-                    while let Some(rec) = n.dp.ring.pop_front() {
-                        match rec {
-                            RingRecord::Append(e) => {
-                                if let Err(err) = raft.dataplane_append(e) {
-                                    self.checker.report(
-                                        now,
-                                        format!("node {id} refused drained entry: {err:?}"),
-                                    );
-                                }
-                            }
-                            RingRecord::Commit(c) => raft.dataplane_commit(c),
-                        }
-                    }
-                    raft.dataplane_disabled(n.dp.export());
-                    self.stats.dataplane_disables += 1;
+                if n.host.stats.ring_refused > 0 {
+                    self.checker
+                        .report(now, format!("node {id}: a drained ring entry was refused"));
                 }
-                None => {}
             }
 
             // Persist.
@@ -901,6 +838,9 @@ impl World {
                     );
                 }
                 n.disk.entries.extend(rd.entries.iter().cloned());
+            }
+            if let Some(last) = rd.entries.last() {
+                n.host.deferred_ack(raft, last.index);
             }
             if let Some(hs) = rd.hard_state {
                 n.disk.hard = hs;
@@ -983,58 +923,15 @@ impl World {
                 let to = m.to;
                 self.send(id, to, Packet::Raft(m));
             }
+            let n = self.nodes.get_mut(&id).unwrap();
             for p in proposals {
-                self.push_through_dataplane(id, p);
+                n.host.push_proposal(&p);
             }
-            self.deferred_ack(id);
+            self.flush_plane(id);
             if let Some((inc, term)) = elected {
                 let after = self.rng.range(0, 3 * self.base_delay);
                 self.schedule(after, Ev::Depose(id, inc, term));
             }
-        }
-    }
-
-    /// The leader's host pushes a proposal (or an empty heartbeat) through its data plane.
-    fn push_through_dataplane(&mut self, id: NodeId, payload: Vec<u8>) {
-        let (flags, seq) = match write_id(&payload) {
-            Some(w) => (fp::F_BLIND_WRITE, w),
-            None if payload.is_empty() => (fp::F_HEARTBEAT, 0),
-            None => (0, 0),
-        };
-        let hdr = fp::Header {
-            kind: fp::CLIENT_REQUEST,
-            flags,
-            from: id,
-            seq,
-            len: payload.len() as u16,
-            ..fp::Header::new(GROUP_ID)
-        };
-        self.fast_ingress(id, id, hdr, payload);
-    }
-
-    /// Durability `fsync` with the data plane on: acknowledge what is on disk now.
-    fn deferred_ack(&mut self, id: NodeId) {
-        let n = self.nodes.get_mut(&id).unwrap();
-        if !n.dp.enabled() || n.dp.regs.flags & fp::R_DEFER_ACK == 0 {
-            return;
-        }
-        let persisted = n.disk.last_index().min(n.dp.regs.last_index);
-        if persisted <= n.acked_persisted {
-            return;
-        }
-        n.acked_persisted = persisted;
-        let leader = n.dp.regs.leader_id;
-        let hdr = fp::Header {
-            kind: fp::ACK,
-            term: n.dp.regs.term,
-            from: id,
-            index: persisted,
-            ..fp::Header::new(GROUP_ID)
-        };
-        if leader == id {
-            self.fast_ingress(id, id, hdr, Vec::new());
-        } else {
-            self.send(id, leader, Packet::Fast(hdr, Vec::new()));
         }
     }
 
@@ -1069,7 +966,7 @@ impl World {
             from: CLIENT_ID,
             seq: w,
             len: payload.len() as u16,
-            ..fp::Header::new(GROUP_ID)
+            ..fp::Header::new(u64::from(GROUP_ID))
         };
         let d = self.rng.range(5, 100);
         self.schedule(
@@ -1193,12 +1090,13 @@ impl World {
     fn crash(&mut self, id: NodeId) {
         let lose_log = self.opts.durability == Durability::Memory;
         self.trace(|| format!("node {id} crashes (log lost: {lose_log})"));
+        let fresh = self.new_host(id);
         let n = self.nodes.get_mut(&id).unwrap();
         if n.raft.is_none() || n.removed {
             return;
         }
         n.raft = None;
-        n.dp = SimDataPlane::new(id);
+        let old = std::mem::replace(&mut n.host, fresh);
         n.incarnation += 1;
         n.paused = false;
         n.requests.clear();
@@ -1211,6 +1109,34 @@ impl World {
             self.stats.lost_logs += 1;
         }
         self.stats.crashes += 1;
+        self.add_host_stats(&old.stats, old.plane.reordered);
+    }
+
+    /// A fresh data-plane host for replica `id`, knowing every replica's address.
+    fn new_host(&self, id: NodeId) -> DataPlaneHost<SimDataPlane> {
+        let defer_acks = self.opts.durability == Durability::Fsync;
+        // A third of the seeds: the ring delivers records out of order (drawn from the seed
+        // and the replica, so the other random choices keep their sequence).
+        let reorder =
+            (self.seed % 3 == 1).then(|| Rng::new(self.seed ^ id.wrapping_mul(0x5851_F42D)));
+        let plane = SimDataPlane::new(id, reorder);
+        let mut h = DataPlaneHost::new(plane, id, GROUP_ID, defer_acks);
+        for &p in self.nodes.keys().chain(std::iter::once(&id)) {
+            if p != id {
+                h.peers.insert(p, addr_of(p));
+            }
+        }
+        h
+    }
+
+    /// Counts what a host did (at its crash, or the end of the run).
+    fn add_host_stats(&mut self, h: &HostStats, ring_reordered: u64) {
+        self.stats.ring_reordered += ring_reordered;
+        self.stats.held_appends += h.reordered;
+        self.stats.dataplane_enables += h.enables;
+        self.stats.dataplane_disables += h.disables.values().sum::<u64>();
+        self.stats.retransmissions += h.retransmitted;
+        self.stats.fast_rejects += h.rejects_sent;
     }
 
     fn restart(&mut self, id: NodeId) {
@@ -1251,7 +1177,6 @@ impl World {
         let n = self.nodes.get_mut(&id).expect("node");
         n.raft = Some(raft);
         n.last_commit = 0;
-        n.acked_persisted = 0;
         let inc = n.incarnation;
         let phase = self.rng.range(0, TICK_US);
         self.schedule(phase, Ev::Tick(id, inc));
@@ -1626,7 +1551,7 @@ impl World {
                     from: CLIENT_ID,
                     seq: w,
                     len: payload.len() as u16,
-                    ..fp::Header::new(GROUP_ID)
+                    ..fp::Header::new(u64::from(GROUP_ID))
                 };
                 self.schedule(
                     10,

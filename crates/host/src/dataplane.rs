@@ -1,0 +1,763 @@
+//! The host side of the hand-off between software Raft and the data plane (DESIGN §3,
+//! `docs/handoff.md`, `docs/dataplane.md`): carrying out the core's enable and disable,
+//! consuming the log ring into the core, the fast-path packets the data plane passes up,
+//! appends held for reordering, retransmission from the leader's log, deferred acks (fsync
+//! durability) and the client table of requests the leader's data plane ordered.
+//!
+//! Every call takes the Raft core and, where it matters, the time; the data plane is any
+//! [`DataPlane`]: xdp and udp in the node, the simulated one in the simulator.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use waverunner_dataplane::{DataPlane, RingEntry, RingRecord, ENVELOPE_TAG, RING_CAPACITY};
+use waverunner_fastpath as fp;
+use waverunner_raft::{
+    DataPlaneCommand, DataPlaneState, DisableReason, Entry, EntryKind, Message, MessageBody, Raft,
+    Role,
+};
+
+use crate::Time;
+
+/// Client-table entries the leader's host keeps at most (older ones are forgotten: their
+/// clients time out and retry, exactly once by their session).
+pub const MAX_DP_CLIENTS: usize = 65_536;
+
+/// A replica whose data plane is off sends at most one REJECT per this interval.
+pub const REJECT_EVERY: Duration = Duration::from_millis(20);
+
+/// Appends a follower holds for reordering at most (the XDP window is 1024 entries).
+pub const MAX_HELD: usize = 2048;
+
+/// The leader answers retransmission requests for the same follower position at most once
+/// per this interval.
+pub const RETX_SPACING: Duration = Duration::from_millis(5);
+
+/// A held append whose gap has not filled after this long asks the leader to retransmit.
+pub const HOLD_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// Entries retransmitted per retransmission request at most.
+pub const RETX_BATCH: u64 = 256;
+
+/// Followers whose last retransmission the leader remembers at most.
+const RETX_REMEMBERED: usize = 64;
+
+/// A request the data plane ordered at this leader on behalf of a native client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DpClient {
+    /// Where the reply goes.
+    pub source: SocketAddrV4,
+    /// The client's session id (the header's `from`).
+    pub client: u64,
+    /// Its sequence number.
+    pub seq: u64,
+    /// The data plane already replied.
+    pub replied: bool,
+}
+
+/// What the host did, for status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Enables carried out.
+    pub enables: u64,
+    /// Disables by reason ([`reason_name`]).
+    pub disables: BTreeMap<String, u64>,
+    /// The last disable's reason.
+    pub last_reason: String,
+    /// The term of the last enable.
+    pub enabled_term: u64,
+    /// Entries retransmitted.
+    pub retransmitted: u64,
+    /// Replies the host sent for data-plane entries.
+    pub host_replies: u64,
+    /// Heartbeats pushed.
+    pub heartbeats: u64,
+    /// Appends pushed back through the data plane after reordering.
+    pub reordered: u64,
+    /// Fast-path REJECTs sent (appends this replica's software could not take).
+    pub rejects_sent: u64,
+    /// Deferred acks sent (fsync durability).
+    pub deferred_acks: u64,
+    /// Packets passed up that were not valid fast-path packets of this group.
+    pub bad_packets: u64,
+    /// Ring entries the core refused or that were behind the log (a bug if ever non-zero:
+    /// the simulator checks it).
+    pub ring_refused: u64,
+}
+
+/// A packet on the fast-path port that is not a valid fast-path packet of this group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadPacket;
+
+/// A data plane and what its host keeps about it.
+pub struct DataPlaneHost<P: DataPlane> {
+    /// The data plane.
+    pub plane: P,
+    /// This replica's id.
+    id: u64,
+    /// The fast path's group id on the wire.
+    group: u32,
+    /// fsync durability: followers acknowledge appends only once they are on disk, so the
+    /// host sends the acks ([`DataPlaneHost::deferred_ack`]); memory durability: the data
+    /// plane acknowledges itself.
+    defer_acks: bool,
+    /// Fast-path addresses of the other members.
+    pub peers: BTreeMap<u64, SocketAddrV4>,
+    /// Status bookkeeping.
+    pub stats: HostStats,
+    /// Leader: requests from native clients by index, until applied (bounded by
+    /// [`MAX_DP_CLIENTS`]).
+    clients: BTreeMap<u64, DpClient>,
+    /// fsync: the highest index this replica acknowledged after persisting.
+    acked_persisted: u64,
+    /// Scratch buffer for ring records.
+    records: Vec<RingRecord>,
+    /// Follower: appends ahead of the log, by previous index, with when they arrived
+    /// (bounded by [`MAX_HELD`]).
+    held: BTreeMap<u64, (Time, Vec<u8>)>,
+    /// Leader: the last retransmission per follower address (its position, when; bounded by
+    /// `RETX_REMEMBERED`).
+    retx_sent: BTreeMap<SocketAddr, (u64, Time)>,
+    /// When this replica last sent a fast-path REJECT.
+    last_reject: Option<Time>,
+    /// Ring entries that arrived before an entry of a lower index, by index (more than
+    /// [`RING_CAPACITY`] halts the data plane).
+    reorder: BTreeMap<u64, RingEntry>,
+    /// Commit records waiting for their entry: index → the data plane replied.
+    commits: BTreeMap<u64, bool>,
+    /// Leader: entries other replicas forwarded, not yet committed (bounded by the ring).
+    remote_pending: BTreeSet<u64>,
+}
+
+/// A `DisableReason` as status shows it (snake case).
+pub fn reason_name(r: DisableReason) -> String {
+    let s = format!("{r:?}");
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The handler's halt code as the core's reason.
+pub fn halt_reason(code: u32) -> DisableReason {
+    match code {
+        fp::HALT_TERM_MISMATCH => DisableReason::TermMismatch,
+        fp::HALT_LOG_MISMATCH => DisableReason::LogMismatch,
+        fp::HALT_REJECT_RECEIVED => DisableReason::RejectReceived,
+        fp::HALT_RETX_EXHAUSTED => DisableReason::RetransmitExhausted,
+        _ => DisableReason::Host,
+    }
+}
+
+/// A fast-path packet: `h` with its length set, then `payload`.
+pub fn packet(h: fp::Header, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(fp::HDR_LEN + payload.len());
+    fp::Header {
+        len: payload.len() as u16,
+        ..h
+    }
+    .encode(payload, &mut out);
+    out
+}
+
+/// The origin replica of an entry envelope (0: a client of the leader itself), if `payload`
+/// is one (see `waverunner_dataplane::STAMP_OFFSET` for the layout).
+fn envelope_origin(payload: &[u8]) -> Option<u64> {
+    if payload.len() < 9 || payload[0] != ENVELOPE_TAG {
+        return None;
+    }
+    Some(u64::from_le_bytes(
+        payload[1..9].try_into().expect("8 bytes"),
+    ))
+}
+
+impl<P: DataPlane> DataPlaneHost<P> {
+    /// The host of `plane` for replica `id` in fast-path group `group`; `defer_acks` with
+    /// fsync durability.
+    pub fn new(plane: P, id: u64, group: u32, defer_acks: bool) -> DataPlaneHost<P> {
+        DataPlaneHost {
+            plane,
+            id,
+            group,
+            defer_acks,
+            peers: BTreeMap::new(),
+            stats: HostStats::default(),
+            clients: BTreeMap::new(),
+            acked_persisted: 0,
+            records: Vec::new(),
+            held: BTreeMap::new(),
+            retx_sent: BTreeMap::new(),
+            last_reject: None,
+            reorder: BTreeMap::new(),
+            commits: BTreeMap::new(),
+            remote_pending: BTreeSet::new(),
+        }
+    }
+
+    /// A header of `kind` from this replica.
+    pub fn header(&self, kind: u8) -> fp::Header {
+        fp::Header {
+            kind,
+            from: self.id,
+            ..fp::Header::new(u64::from(self.group))
+        }
+    }
+
+    /// Carries out the core's `Enable` / `Disable`. An error is fatal to the replica.
+    pub fn command(
+        &mut self,
+        raft: &mut Raft,
+        cmd: DataPlaneCommand,
+        now: Time,
+    ) -> Result<(), String> {
+        match cmd {
+            DataPlaneCommand::Enable(r) => {
+                let regs = fp::Registers::from_core(&r, u64::from(self.group));
+                let peers: Vec<(u64, SocketAddrV4)> = r
+                    .match_index
+                    .iter()
+                    .filter(|(id, _)| *id != self.id)
+                    .filter_map(|(id, _)| self.peers.get(id).map(|a| (*id, *a)))
+                    .collect();
+                self.acked_persisted = r.last_index;
+                self.clients.clear();
+                self.remote_pending.clear();
+                self.reorder.clear();
+                self.commits.clear();
+                self.held.clear();
+                self.plane.enable(&regs, &peers).map_err(|e| {
+                    format!("cannot enable the {} data plane: {e}", self.plane.kind())
+                })?;
+                self.stats.enables += 1;
+                self.stats.enabled_term = r.term;
+                tracing::info!(
+                    "node {}: {} data plane enabled in term {} ({}, last index {})",
+                    self.id,
+                    self.plane.kind(),
+                    r.term,
+                    if r.is_leader { "leader" } else { "follower" },
+                    r.last_index
+                );
+            }
+            DataPlaneCommand::Disable(reason) => {
+                let regs = self.plane.disable();
+                let name = reason_name(reason);
+                *self.stats.disables.entry(name.clone()).or_default() += 1;
+                self.stats.last_reason = name;
+                self.consume_ring(raft, now);
+                let regs = regs.to_core();
+                if regs.last_index != raft.last_index() {
+                    return Err(format!(
+                        "the data plane's last index {} differs from the log's {} after draining its ring",
+                        regs.last_index,
+                        raft.last_index()
+                    ));
+                }
+                raft.dataplane_disabled(regs);
+                tracing::info!(
+                    "node {}: data plane disabled ({reason:?}); software Raft continues in term {}",
+                    self.id,
+                    raft.term()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds every record on the data plane's ring to the core; a follower then pushes the
+    /// held appends the new entries made continuous. Last, notices a halt that passed nothing
+    /// up (it is seen only in the registers).
+    pub fn consume_ring(&mut self, raft: &mut Raft, now: Time) {
+        let mut recs = std::mem::take(&mut self.records);
+        self.plane.drain(&mut recs);
+        let leader = raft.role() == Role::Leader;
+        // XDP runs on every CPU: records of handler calls on different CPUs can reach the
+        // ring in another order than the handler produced them (the ring slot is reserved
+        // before the handler's lock). Entries are fed by index, commits once their entry is in.
+        // In order (the common case) a record goes straight through; only records behind a
+        // missing entry wait in the reorder maps.
+        let mut entries = Vec::new();
+        let mut commits = Vec::new();
+        let mut next = raft.last_index() + 1;
+        for rec in recs.drain(..) {
+            match rec {
+                RingRecord::Entry(e) if e.index == next && self.reorder.is_empty() => {
+                    entries.push(e);
+                    next += 1;
+                }
+                RingRecord::Entry(e) => {
+                    self.reorder.insert(e.index, e);
+                }
+                RingRecord::Commit { index, replied } if index < next => {
+                    commits.push((index, replied));
+                }
+                RingRecord::Commit { index, replied } => {
+                    *self.commits.entry(index).or_default() |= replied;
+                }
+            }
+        }
+        while let Some(e) = self.reorder.remove(&next) {
+            entries.push(e);
+            next += 1;
+        }
+        while self
+            .reorder
+            .first_key_value()
+            .is_some_and(|(&i, _)| i < next)
+        {
+            let (i, _) = self.reorder.pop_first().expect("non-empty");
+            tracing::error!(
+                "node {}: ring entry {i} is behind the log; dropped",
+                self.id
+            );
+        }
+        while self
+            .commits
+            .first_key_value()
+            .is_some_and(|(&c, _)| c < next)
+        {
+            commits.push(self.commits.pop_first().expect("non-empty"));
+        }
+        let stuck = self.reorder.len() > RING_CAPACITY;
+        // Followers learn the commit index from the next append. When an entry another
+        // replica waits for (it forwarded the request) commits and no append follows it, the
+        // leader pushes an empty one at once instead of at the next idle heartbeat.
+        let mut announce = false;
+        for e in entries {
+            // The ring position is contiguous: each entry is appended exactly at the tail.
+            assert_eq!(
+                e.index,
+                raft.last_index() + 1,
+                "node {}: a ring entry not at the log's tail",
+                self.id
+            );
+            if leader && e.flags & fp::F_HEARTBEAT == 0 {
+                if let Some(origin) = envelope_origin(&e.payload) {
+                    if origin != 0 && origin != self.id {
+                        self.remote_pending.insert(e.index);
+                    }
+                    if let (Some(source), 0) = (e.source, origin) {
+                        self.remember(
+                            e.index,
+                            DpClient {
+                                source,
+                                client: e.from,
+                                seq: e.seq,
+                                replied: false,
+                            },
+                        );
+                    }
+                }
+            }
+            let entry = Entry {
+                term: e.term,
+                index: e.index,
+                kind: EntryKind::Normal,
+                data: e.payload.into(),
+            };
+            if let Err(err) = raft.dataplane_append(entry) {
+                self.stats.ring_refused += 1;
+                tracing::error!("node {}: refused ring entry {}: {err}", self.id, e.index);
+            }
+        }
+        for (index, replied) in commits {
+            while self.remote_pending.first().is_some_and(|&i| i <= index) {
+                self.remote_pending.pop_first();
+                announce = index == raft.last_index();
+            }
+            if replied {
+                if let Some(c) = self.clients.get_mut(&index) {
+                    c.replied = true;
+                }
+            }
+            raft.dataplane_commit(index);
+        }
+        if stuck {
+            tracing::error!(
+                "node {}: ring entries wait for a missing one; disabling the data plane",
+                self.id
+            );
+            raft.dataplane_halted(DisableReason::Host);
+        }
+        self.records = recs;
+        if announce && leader && matches!(raft.dataplane_state(), DataPlaneState::On { .. }) {
+            self.push_proposal(&[]);
+        }
+        if !leader {
+            self.release_held(raft, now);
+            self.held_timeout(raft, now);
+        }
+        if matches!(raft.dataplane_state(), DataPlaneState::On { .. }) {
+            let r = self.plane.registers();
+            if r.enabled == 0 && r.halt_reason != 0 {
+                raft.dataplane_halted(halt_reason(r.halt_reason));
+            }
+        }
+    }
+
+    /// Every tick: the data plane's own upkeep, and a follower's held appends whose gap did
+    /// not fill in time ask the leader to retransmit.
+    pub fn on_tick(&mut self, raft: &Raft, now: Time) {
+        self.plane.tick();
+        self.held_timeout(raft, now);
+    }
+
+    /// A fast-path packet the data plane passed up (from `src`): software Raft handles it as
+    /// the Raft message it is. `removed`: this replica knows it was removed from the cluster.
+    /// Client requests are the front-end's, not the host's: ignored here.
+    pub fn on_packet(
+        &mut self,
+        raft: &mut Raft,
+        src: SocketAddr,
+        pkt: &[u8],
+        removed: bool,
+        now: Time,
+    ) -> Result<(), BadPacket> {
+        let decoded = fp::Header::decode(pkt)
+            .ok()
+            .filter(|(h, _)| h.group_id == self.group);
+        let Some((h, payload)) = decoded else {
+            self.stats.bad_packets += 1;
+            return Err(BadPacket);
+        };
+        // Records the data plane produced before it passed this packet up come first.
+        self.consume_ring(raft, now);
+        match h.kind {
+            fp::APPEND if self.hold_reordered(raft, &h, pkt, now) => {}
+            fp::APPEND => {
+                let m = Message {
+                    from: h.from,
+                    to: self.id,
+                    term: h.term,
+                    body: MessageBody::Append {
+                        prev_index: h.index,
+                        prev_term: h.log_term,
+                        entries: vec![Entry {
+                            term: h.term,
+                            index: h.index + 1,
+                            kind: EntryKind::Normal,
+                            data: payload.to_vec().into(),
+                        }],
+                        // A follower takes min(leader commit, last new entry); a
+                        // retransmitted append may carry a commit beyond its one entry.
+                        commit: h.commit.min(h.index + 1),
+                    },
+                };
+                let _ = raft.step(m);
+                // The leader replicates through its data plane while this replica's is off
+                // (it timed out, restarted, or missed the accelerate election): it would stay
+                // off for good, and it may not be able to answer in software at all (a new
+                // leader's address is unknown after a lost log). Tell the leader, which
+                // disables, repairs in software and enables every replica again.
+                let off = raft.dataplane_state() == DataPlaneState::Off;
+                if off && (h.term == raft.term() || raft.last_index() <= h.index) {
+                    self.reject_append(raft, src, removed, now);
+                }
+            }
+            fp::ACK => {
+                let m = Message {
+                    from: h.from,
+                    to: self.id,
+                    term: h.term,
+                    body: MessageBody::AppendResponse {
+                        reject: false,
+                        index: h.index,
+                        hint_index: 0,
+                        hint_term: 0,
+                        recovering: false,
+                    },
+                };
+                let _ = raft.step(m);
+            }
+            fp::RETX_REQ => self.retransmit(raft, src, h.index, now),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Follower with the data plane on: an append the data plane passed up because it is a
+    /// little ahead of the log (the leader's appends can leave out of order, see
+    /// `XdpProgram::set_reorder_window`). Held until the gap fills, then pushed through the
+    /// data plane; never stepped into software Raft, which would disable the data plane.
+    /// Returns whether the append was taken care of here.
+    fn hold_reordered(&mut self, raft: &Raft, h: &fp::Header, pkt: &[u8], now: Time) -> bool {
+        let DataPlaneState::On { term } = raft.dataplane_state() else {
+            return false;
+        };
+        if raft.role() == Role::Leader || h.term != term {
+            return false;
+        }
+        let last = self.plane.registers().last_index;
+        if h.index < last {
+            return true; // a duplicate of what the data plane has
+        }
+        if self.held.len() >= MAX_HELD {
+            self.held.pop_last();
+        }
+        self.held.insert(h.index, (now, pkt.to_vec()));
+        self.release_held(raft, now);
+        true
+    }
+
+    /// Pushes held appends that now continue the log through the data plane, and tells the
+    /// leader (memory durability: the pushed appends' own acks went nowhere).
+    fn release_held(&mut self, raft: &Raft, now: Time) {
+        if self.held.is_empty() {
+            return;
+        }
+        let leader = raft.leader();
+        let mut pushed = false;
+        loop {
+            let r = self.plane.registers();
+            if r.enabled == 0 {
+                self.held.clear();
+                return;
+            }
+            while self
+                .held
+                .first_key_value()
+                .is_some_and(|(&i, _)| i < r.last_index)
+            {
+                self.held.pop_first();
+            }
+            let Some((_, pkt)) = self.held.remove(&r.last_index) else {
+                if pushed && !self.held.is_empty() {
+                    // A retransmitted batch filled part of the gap: ask for the rest now
+                    // rather than after the hold timeout.
+                    for (t, _) in self.held.values_mut() {
+                        *t = now.saturating_sub(HOLD_TIMEOUT);
+                    }
+                }
+                if pushed && !self.defer_acks {
+                    let h = fp::Header {
+                        term: r.term,
+                        index: r.last_index,
+                        ..self.header(fp::ACK)
+                    };
+                    if let Some(&to) = self.peers.get(&leader) {
+                        let _ = self.plane.send_to(&packet(h, &[]), SocketAddr::V4(to));
+                    }
+                }
+                return;
+            };
+            if self.plane.push(&pkt).is_err() {
+                return;
+            }
+            self.stats.reordered += 1;
+            pushed = true;
+            if r.last_index == self.plane.registers().last_index {
+                return; // the push did not append (asynchronous data plane): next time
+            }
+        }
+    }
+
+    /// A held append whose gap did not fill in time: ask the leader to retransmit.
+    fn held_timeout(&mut self, raft: &Raft, now: Time) {
+        let Some(oldest) = self.held.values().map(|(t, _)| *t).min() else {
+            return;
+        };
+        if now.saturating_sub(oldest) < HOLD_TIMEOUT {
+            return;
+        }
+        let r = self.plane.registers();
+        let h = fp::Header {
+            term: r.term,
+            index: r.last_index,
+            log_term: r.last_term,
+            ..self.header(fp::RETX_REQ)
+        };
+        if let Some(&to) = self.peers.get(&raft.leader()) {
+            let _ = self.plane.send_to(&packet(h, &[]), SocketAddr::V4(to));
+        }
+        for (t, _) in self.held.values_mut() {
+            *t = now;
+        }
+    }
+
+    /// A data-plane append reached this replica while its own data plane is off. It says so
+    /// on the fast path: a REJECT makes the leader's data plane halt; software repairs this
+    /// replica over TCP (from which it also learns the leader's address, which a replica that
+    /// lost its log may not know) and the leader enables every replica again.
+    /// Rate-limited: one per [`REJECT_EVERY`].
+    fn reject_append(&mut self, raft: &Raft, to: SocketAddr, removed: bool, now: Time) {
+        // A replica that knows it was removed stays quiet (it still hears an xdp leader's
+        // multicast appends). One that lost its log cannot know whether it is a member (a
+        // replica that joined starts from a configuration without itself), so it speaks up.
+        if removed {
+            return;
+        }
+        if self
+            .last_reject
+            .is_some_and(|t| now.saturating_sub(t) < REJECT_EVERY)
+        {
+            return;
+        }
+        self.last_reject = Some(now);
+        let h = fp::Header {
+            term: raft.term(),
+            index: raft.last_index(),
+            log_term: raft.term_of(raft.last_index()).unwrap_or(0),
+            ..self.header(fp::REJECT)
+        };
+        if self.plane.send_to(&packet(h, &[]), to).is_ok() {
+            self.stats.rejects_sent += 1;
+        }
+    }
+
+    /// The leader answers a retransmission request from its log, staying enabled; a follower
+    /// behind the snapshot needs software (InstallSnapshot).
+    fn retransmit(&mut self, raft: &mut Raft, to: SocketAddr, follower_last: u64, now: Time) {
+        let DataPlaneState::On { term } = raft.dataplane_state() else {
+            return;
+        };
+        if raft.role() != Role::Leader {
+            return;
+        }
+        if follower_last + 1 < raft.first_index() {
+            raft.dataplane_halted(DisableReason::SnapshotNeeded);
+            return;
+        }
+        // One retransmission per follower position at a time: a follower keeps asking while it
+        // waits (its gap packets), and answering every request again would flood it with
+        // duplicates (a retransmission storm under load).
+        if let Some((last, at)) = self.retx_sent.get(&to) {
+            if *last == follower_last && now.saturating_sub(*at) < RETX_SPACING {
+                return;
+            }
+        }
+        if self.retx_sent.len() >= RETX_REMEMBERED {
+            self.retx_sent.clear();
+        }
+        self.retx_sent.insert(to, (follower_last, now));
+        let hi = raft.last_index().min(follower_last + RETX_BATCH);
+        let commit = raft.commit_index();
+        for e in raft.entries(follower_last + 1, hi) {
+            if e.term != term {
+                continue;
+            }
+            let Some(prev_term) = raft.term_of(e.index - 1) else {
+                break;
+            };
+            let h = fp::Header {
+                term,
+                index: e.index - 1,
+                log_term: prev_term,
+                commit,
+                ..self.header(fp::APPEND)
+            };
+            if self.plane.send_to(&packet(h, &e.data), to).is_ok() {
+                self.stats.retransmitted += 1;
+            }
+        }
+    }
+
+    /// fsync durability with the data plane on: acknowledge what is now on disk (`persisted`,
+    /// the last index of the entries just synced).
+    pub fn deferred_ack(&mut self, raft: &Raft, persisted: u64) {
+        let DataPlaneState::On { term } = raft.dataplane_state() else {
+            return;
+        };
+        if !self.defer_acks || persisted <= self.acked_persisted {
+            return;
+        }
+        self.acked_persisted = persisted;
+        let h = fp::Header {
+            term,
+            index: persisted,
+            ..self.header(fp::ACK)
+        };
+        let pkt = packet(h, &[]);
+        let r = if raft.role() == Role::Leader {
+            self.plane.push(&pkt)
+        } else if let Some(&to) = self.peers.get(&raft.leader()) {
+            self.plane.send_to(&pkt, SocketAddr::V4(to))
+        } else {
+            Ok(())
+        };
+        match r {
+            Ok(()) => self.stats.deferred_acks += 1,
+            Err(e) => tracing::warn!("node {}: cannot send a deferred ack: {e}", self.id),
+        }
+    }
+
+    /// The leader pushes a proposal (or, empty, an idle heartbeat) through its data plane.
+    pub fn push_proposal(&mut self, payload: &[u8]) {
+        let mut h = self.header(fp::CLIENT_REQUEST);
+        if payload.is_empty() {
+            h.flags = fp::F_HEARTBEAT;
+            self.stats.heartbeats += 1;
+        }
+        if let Err(e) = self.plane.push(&packet(h, payload)) {
+            tracing::warn!("node {}: cannot push through the data plane: {e}", self.id);
+        }
+    }
+
+    /// Remembers the native client of an entry the data plane ordered (leader).
+    fn remember(&mut self, index: u64, c: DpClient) {
+        if self.clients.len() >= MAX_DP_CLIENTS {
+            self.clients.pop_first();
+        }
+        self.clients.insert(index, c);
+    }
+
+    /// The native client of the entry at `index` that the host must answer, if any: the data
+    /// plane ordered it for that client (`client`, `seq`) and did not reply itself (exactly
+    /// one reply per acknowledged write). Forgets the entry either way.
+    pub fn take_client(&mut self, index: u64, client: u64, seq: u64) -> Option<DpClient> {
+        let c = self.clients.remove(&index)?;
+        (!c.replied && c.client == client && c.seq == seq).then_some(c)
+    }
+
+    /// Sends a client reply for the entry at `index` to `c` from the fast-path port.
+    pub fn reply(&mut self, c: DpClient, index: u64, payload: &[u8]) -> bool {
+        let h = fp::Header {
+            seq: c.seq,
+            index,
+            ..self.header(fp::CLIENT_REPLY)
+        };
+        let ok = self
+            .plane
+            .send_to(&packet(h, payload), SocketAddr::V4(c.source))
+            .is_ok();
+        self.stats.host_replies += u64::from(ok);
+        ok
+    }
+
+    /// Records waiting in the reorder maps and appends held (for status and tests).
+    pub fn waiting(&self) -> (usize, usize) {
+        (self.reorder.len() + self.commits.len(), self.held.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_read_as_snake_case() {
+        assert_eq!(
+            reason_name(DisableReason::RetransmitExhausted),
+            "retransmit_exhausted"
+        );
+        assert_eq!(reason_name(DisableReason::NewTerm), "new_term");
+    }
+
+    #[test]
+    fn only_envelopes_have_an_origin() {
+        let mut p = vec![ENVELOPE_TAG];
+        p.extend_from_slice(&5u64.to_le_bytes());
+        assert_eq!(envelope_origin(&p), Some(5));
+        p[0] = 2; // a member record: its id is not an origin
+        assert_eq!(envelope_origin(&p), None);
+        assert_eq!(envelope_origin(&[ENVELOPE_TAG, 1, 2]), None);
+    }
+}

@@ -1,0 +1,18 @@
+//! The replica's host logic, without I/O (issue 12; TigerBeetle's model): the parts of a
+//! replica that sit between its Raft core and the outside world, written once, run by the
+//! node over real sockets, threads and clocks, and driven by the simulator over simulated ones.
+//!
+//! Nothing here owns a thread, a socket or a clock. Time is an input ([`Time`]): the caller
+//! passes the time of each event, measured from an origin it keeps fixed.
+//!
+//! - [`dataplane`]: the host side of the hand-off between software Raft and the data plane
+//!   (DESIGN §3, `docs/handoff.md`): enabling and disabling, consuming the log ring, appends the
+//!   data plane passed up, held and reordered appends, retransmission, deferred acks.
+
+#![deny(missing_docs)]
+
+pub mod dataplane;
+
+/// The time of an event: how long after the caller's fixed origin it happened. The node uses
+/// the time since the replica started; the simulator its simulated clock.
+pub type Time = std::time::Duration;
