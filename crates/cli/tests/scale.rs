@@ -338,7 +338,16 @@ fn maxmemory_refuses_growth_with_redis_and_memcached_errors() {
     // Reads and deletions still pass, and the replica serves on.
     assert_eq!(redis(f, &["GET", "k1"]).len(), value.len() + 2);
     assert_eq!(redis(addr, &["DEL", "k0", "k1", "k2"]), "(integer) 3");
-    let st = c.status(leader);
+    // `/status` is published every tick (an idle leader ticks every heartbeat): wait, bounded,
+    // for the one that counts both refusals at the leader (the SET and memcached's set).
+    let deadline = std::time::Instant::now() + WAIT;
+    let st = loop {
+        let st = c.status(leader);
+        if st.counters.oom_refused >= 2 || std::time::Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     // Refused once over the limit: the state holds about the limit (less what DEL freed).
     assert!(st.used_memory > (1 << 20) - 4000, "{}", st.used_memory);
     assert!(st.counters.oom_refused >= 2, "{:?}", st.counters);

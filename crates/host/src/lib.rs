@@ -8,10 +8,13 @@
 //! - [`dataplane`]: the host side of the hand-off between software Raft and the data plane
 //!   (DESIGN §3, `docs/handoff.md`): enabling and disabling, consuming the log ring, appends the
 //!   data plane passed up, held and reordered appends, retransmission, deferred acks.
+//! - [`ready`]: a ready batch of the Raft core, in the order that makes it safe (persist,
+//!   sync, send, apply, reads), over the replica's storage, network and state machine.
 
 #![deny(missing_docs)]
 
 pub mod dataplane;
+pub mod ready;
 
 /// The time of an event: how long after the caller's fixed origin it happened. The node uses
 /// the time since the replica started; the simulator its simulated clock.

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use waverunner_fastpath as fp;
 use waverunner_raft::{
-    Bytes, ConfChange, Config as RaftConfig, DataPlaneCommand, DataPlaneState, Entry, EntryKind,
-    HardState, Message, Proposal, ProposeError, Raft, ReadError, ReadMode, Ready, Role, Snapshot,
+    Bytes, ConfChange, Config as RaftConfig, DataPlaneState, Entry, EntryKind, HardState, Message,
+    Proposal, ProposeError, Raft, ReadError, ReadMode, Ready, Role, Snapshot,
 };
 use waverunner_storage::Storage;
 
@@ -26,6 +26,7 @@ use crate::sm::{
 use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
+use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
 pub const EVENT_QUEUE: usize = 65_536;
@@ -489,8 +490,6 @@ pub struct Replica<S: StateMachine> {
     keepalive: Arc<KeepAlive>,
     /// The term, role and leader last in `/status`.
     published: (u64, Role, u64),
-    /// The commit index at the end of the last ready batch: it never goes back.
-    commit_seen: u64,
     /// When the transport last received a frame from each peer (for the log line that
     /// explains a leader's step-down; bounded by the members).
     heard: HashMap<u64, Instant>,
@@ -507,9 +506,9 @@ pub struct Replica<S: StateMachine> {
     write_latency: Histogram,
     read_latency: Histogram,
     role: Role,
-    /// The hard state last written to storage, and the newest one the core reported.
-    persisted_hard: HardState,
-    latest_hard: HardState,
+    /// What the ready handling remembers between batches (the hard state stored and the
+    /// newest one, the commit index seen).
+    ready_st: ReadyState,
     /// Membership changes waiting for their entry to commit.
     admin_pending: Vec<PendingAdmin>,
     /// The addresses the transport talks to: configured peers, the replicated address book,
@@ -619,7 +618,6 @@ impl<S: StateMachine> Replica<S> {
             status,
             keepalive,
             published: (0, Role::Follower, 0),
-            commit_seen: 0,
             heard: HashMap::new(),
             addresses,
             // Request ids are unique across restarts: an entry proposed by an earlier
@@ -633,8 +631,7 @@ impl<S: StateMachine> Replica<S> {
             write_latency: Histogram::default(),
             read_latency: Histogram::default(),
             role,
-            persisted_hard,
-            latest_hard: persisted_hard,
+            ready_st: ReadyState::new(persisted_hard),
             admin_pending: Vec::new(),
             peer_addrs,
             dp_wake: dp
@@ -878,8 +875,8 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         self.drive()?;
-        if self.latest_hard != self.persisted_hard {
-            let _ = self.storage.set_hard_state(self.latest_hard);
+        if self.ready_st.latest_hard != self.ready_st.persisted_hard {
+            let _ = self.storage.set_hard_state(self.ready_st.latest_hard);
         }
         let _ = self.storage.sync();
         for (_, r) in self.requests.drain() {
@@ -1389,175 +1386,9 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
-    fn handle_ready(&mut self, mut rd: Ready) -> Result<(), Fatal> {
-        let storage_err = |e: waverunner_storage::StorageError| Fatal(format!("storage: {e}"));
-        if let Some(ss) = rd.soft_state {
-            if ss.role != self.role {
-                tracing::info!(
-                    "node {} is now {:?} in term {} (leader {})",
-                    self.cfg.id,
-                    ss.role,
-                    self.raft.term(),
-                    ss.leader
-                );
-                if ss.role == Role::Leader {
-                    self.counters.leader_elected += 1;
-                }
-                if self.role == Role::Leader || ss.role == Role::PreCandidate {
-                    // Why: how long ago each peer was last heard from.
-                    let now = Instant::now();
-                    let mut ages: Vec<(u64, u128)> = self
-                        .heard
-                        .iter()
-                        .map(|(id, at)| (*id, now.saturating_duration_since(*at).as_millis()))
-                        .collect();
-                    ages.sort_unstable();
-                    tracing::info!(
-                        "node {}: peers last heard (id, ms ago): {ages:?}",
-                        self.cfg.id
-                    );
-                }
-                if self.role == Role::Recovering {
-                    // Caught up from a leader: from now on a restart keeps this log.
-                    self.storage
-                        .mark_caught_up()
-                        .map_err(|e| Fatal(format!("storage: {e}")))?;
-                }
-                if ss.role != Role::Leader {
-                    self.sw_latency.clear();
-                }
-                if matches!(ss.role, Role::Candidate | Role::PreCandidate)
-                    && !matches!(self.role, Role::Candidate | Role::PreCandidate)
-                {
-                    self.counters.elections += 1;
-                }
-                self.role = ss.role;
-            }
-            // A ReadIndex round dies with the leadership it was confirming (the core drops
-            // it), and one sent to a former leader goes unanswered: route those reads again
-            // rather than leave them to their deadline. Reads already given an index only
-            // wait for the apply. A read is safe to send twice.
-            let waiting: HashSet<u64> = self.reads_waiting.iter().map(|&(_, id)| id).collect();
-            for (id, r) in self.requests.iter_mut() {
-                if r.stage == Stage::Reading && !waiting.contains(id) {
-                    r.stage = Stage::Routing;
-                    self.retry.push(*id);
-                }
-            }
-        }
-        if let Some(cmd) = rd.dataplane.take() {
-            // Before the messages of this ready: an Enable must be in force when they go out.
-            self.on_dataplane_command(cmd)?;
-        }
-        // A leader may send its appends before its own disk write finishes (Raft §10.2.1):
-        // the core counts the leader toward a commit only for entries it persisted. Anything
-        // that depends on a new term or vote, and every follower's acknowledgement, goes out
-        // only after the sync below.
-        let term_vote = |hs: &HardState| (hs.term, hs.vote);
-        let early = self.raft.role() == Role::Leader
-            && rd.snapshot.is_none()
-            && rd
-                .hard_state
-                .is_none_or(|hs| term_vote(&hs) == term_vote(&self.persisted_hard));
-        let mut messages = rd.messages;
-        if early {
-            for m in messages.drain(..) {
-                let to = m.to;
-                self.transport.send(to, Frame::Raft(m));
-            }
-        }
-        if let Some(snap) = &rd.snapshot {
-            self.storage.save_snapshot(snap).map_err(storage_err)?;
-            self.start_restore(snap);
-            if self
-                .snap_next
-                .as_ref()
-                .is_some_and(|n| n.meta.index <= snap.meta.index)
-            {
-                self.snap_next = None;
-            }
-            self.snap_bytes = 0;
-        }
-        if !rd.entries.is_empty() {
-            self.storage.append(&rd.entries).map_err(storage_err)?;
-        }
-        if let Some(hs) = rd.hard_state {
-            // Term and vote must be durable before any message that depends on them. The
-            // commit index need not be (a restarted replica learns it again from a leader), so
-            // it is written only along with them and at shutdown: one sync per batch, not two.
-            if (hs.term, hs.vote) != (self.persisted_hard.term, self.persisted_hard.vote) {
-                self.storage.set_hard_state(hs).map_err(storage_err)?;
-                self.persisted_hard = hs;
-            }
-            self.latest_hard = hs;
-        }
-        if self.storage.sync().map_err(storage_err)? > 0 {
-            self.counters.fsyncs += 1;
-        }
-        if let Some(last) = rd.entries.last() {
-            if let Some(d) = self.dp.as_mut() {
-                d.deferred_ack(&self.raft, last.index);
-            }
-        }
-        for m in messages {
-            let to = m.to;
-            self.transport.send(to, Frame::Raft(m));
-        }
-        let committed = std::mem::take(&mut rd.committed_entries);
-        match &mut self.restoring {
-            Some(r) => r.pending.extend(committed),
-            None => self.apply_committed(&committed),
-        }
-        // Beliefs the rest of the loop builds on (the simulator checks the same of the core).
-        let commit = self.raft.commit_index();
-        assert!(
-            commit >= self.commit_seen,
-            "node {}: commit index went back from {} to {commit}",
-            self.cfg.id,
-            self.commit_seen
-        );
-        assert!(
-            self.state.applied <= commit,
-            "node {}: applied index {} beyond the commit index {commit}",
-            self.cfg.id,
-            self.state.applied
-        );
-        self.commit_seen = commit;
-        if let Some(d) = self.dp.as_mut() {
-            for p in std::mem::take(&mut rd.dataplane_proposals) {
-                d.push_proposal(&p);
-            }
-        }
-        for context in rd.read_refusals {
-            let Ok(b) = <[u8; 8]>::try_from(context.as_slice()) else {
-                continue;
-            };
-            let id = u64::from_le_bytes(b);
-            if let Some(r) = self.requests.get_mut(&id) {
-                if r.stage == Stage::Reading {
-                    // The leader cannot answer a ReadIndex now: through the log instead (the
-                    // read is sent once, as its ReadIndex was refused, not lost).
-                    r.read = false;
-                    r.stage = Stage::Routing;
-                    self.counters.reads_refused += 1;
-                    self.refused_reads.push(id);
-                }
-            }
-        }
-        for rs in rd.read_states {
-            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
-                continue;
-            };
-            let id = u64::from_le_bytes(b);
-            if self
-                .requests
-                .get(&id)
-                .is_some_and(|r| r.stage == Stage::Reading)
-            {
-                self.reads_waiting.insert((rs.index, id));
-            }
-        }
-        Ok(())
+    fn handle_ready(&mut self, rd: Ready) -> Result<(), Fatal> {
+        let now = self.now();
+        waverunner_host::ready::handle_ready(rd, self, now).map_err(Fatal)
     }
 
     /// Applies committed entries in order and answers their clients.
@@ -2017,17 +1848,6 @@ impl<S: StateMachine> Replica<S> {
         self.epoch.elapsed()
     }
 
-    /// Carries out the core's `Enable` / `Disable`.
-    fn on_dataplane_command(&mut self, cmd: DataPlaneCommand) -> Result<(), Fatal> {
-        let now = self.now();
-        let Some(d) = self.dp.as_mut() else {
-            return Err(Fatal(format!(
-                "data-plane command {cmd:?} without a data plane"
-            )));
-        };
-        d.command(&mut self.raft, cmd, now).map_err(Fatal)
-    }
-
     /// Feeds every record on the data plane's ring to the core.
     fn on_ring(&mut self) {
         let now = self.now();
@@ -2161,5 +1981,158 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         (f, lat)
+    }
+}
+
+/// The node's side of a ready batch (`waverunner_host::ready`): its storage, transport and
+/// state machine.
+impl<S: StateMachine> ReadyIo for Replica<S> {
+    type Plane = Box<dyn waverunner_dataplane::DataPlane>;
+
+    fn parts(&mut self) -> Parts<'_, Self::Plane> {
+        Parts {
+            raft: &mut self.raft,
+            dp: self.dp.as_mut(),
+            st: &mut self.ready_st,
+        }
+    }
+
+    fn soft_state(&mut self, ss: waverunner_raft::SoftState) -> Result<(), String> {
+        if ss.role != self.role {
+            tracing::info!(
+                "node {} is now {:?} in term {} (leader {})",
+                self.cfg.id,
+                ss.role,
+                self.raft.term(),
+                ss.leader
+            );
+            if ss.role == Role::Leader {
+                self.counters.leader_elected += 1;
+            }
+            if self.role == Role::Leader || ss.role == Role::PreCandidate {
+                // Why: how long ago each peer was last heard from.
+                let now = Instant::now();
+                let mut ages: Vec<(u64, u128)> = self
+                    .heard
+                    .iter()
+                    .map(|(id, at)| (*id, now.saturating_duration_since(*at).as_millis()))
+                    .collect();
+                ages.sort_unstable();
+                tracing::info!(
+                    "node {}: peers last heard (id, ms ago): {ages:?}",
+                    self.cfg.id
+                );
+            }
+            if self.role == Role::Recovering {
+                // Caught up from a leader: from now on a restart keeps this log.
+                self.storage
+                    .mark_caught_up()
+                    .map_err(|e| format!("storage: {e}"))?;
+            }
+            if ss.role != Role::Leader {
+                self.sw_latency.clear();
+            }
+            if matches!(ss.role, Role::Candidate | Role::PreCandidate)
+                && !matches!(self.role, Role::Candidate | Role::PreCandidate)
+            {
+                self.counters.elections += 1;
+            }
+            self.role = ss.role;
+        }
+        // A ReadIndex round dies with the leadership it was confirming (the core drops
+        // it), and one sent to a former leader goes unanswered: route those reads again
+        // rather than leave them to their deadline. Reads already given an index only
+        // wait for the apply. A read is safe to send twice.
+        let waiting: HashSet<u64> = self.reads_waiting.iter().map(|&(_, id)| id).collect();
+        for (id, r) in self.requests.iter_mut() {
+            if r.stage == Stage::Reading && !waiting.contains(id) {
+                r.stage = Stage::Routing;
+                self.retry.push(*id);
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, m: Message) {
+        let to = m.to;
+        self.transport.send(to, Frame::Raft(m));
+    }
+
+    fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), String> {
+        self.storage
+            .save_snapshot(snap)
+            .map_err(|e| format!("storage: {e}"))?;
+        self.start_restore(snap);
+        if self
+            .snap_next
+            .as_ref()
+            .is_some_and(|n| n.meta.index <= snap.meta.index)
+        {
+            self.snap_next = None;
+        }
+        self.snap_bytes = 0;
+        Ok(())
+    }
+
+    fn append(&mut self, entries: &[Entry]) -> Result<(), String> {
+        self.storage
+            .append(entries)
+            .map_err(|e| format!("storage: {e}"))
+    }
+
+    fn set_hard_state(&mut self, hs: HardState) -> Result<(), String> {
+        self.storage
+            .set_hard_state(hs)
+            .map_err(|e| format!("storage: {e}"))
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        if self.storage.sync().map_err(|e| format!("storage: {e}"))? > 0 {
+            self.counters.fsyncs += 1;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, committed: Vec<Entry>) {
+        match &mut self.restoring {
+            Some(r) => r.pending.extend(committed),
+            None => self.apply_committed(&committed),
+        }
+    }
+
+    fn applied(&self) -> u64 {
+        self.state.applied
+    }
+
+    fn reads(&mut self, refusals: Vec<Vec<u8>>, states: Vec<waverunner_raft::ReadState>) {
+        for context in refusals {
+            let Ok(b) = <[u8; 8]>::try_from(context.as_slice()) else {
+                continue;
+            };
+            let id = u64::from_le_bytes(b);
+            if let Some(r) = self.requests.get_mut(&id) {
+                if r.stage == Stage::Reading {
+                    // The leader cannot answer a ReadIndex now: through the log instead (the
+                    // read is sent once, as its ReadIndex was refused, not lost).
+                    r.read = false;
+                    r.stage = Stage::Routing;
+                    self.counters.reads_refused += 1;
+                    self.refused_reads.push(id);
+                }
+            }
+        }
+        for rs in states {
+            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
+                continue;
+            };
+            let id = u64::from_le_bytes(b);
+            if self
+                .requests
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Reading)
+            {
+                self.reads_waiting.insert((rs.index, id));
+            }
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! The deterministic simulator of Waverunner.
 //!
-//! It runs several replicas — each the real Raft core (`waverunner-raft`) plus a simulated data
-//! plane around the real C protocol handler (`waverunner-fastpath`) — over a simulated network
+//! It runs several replicas — each the real Raft core (`waverunner-raft`), the real host logic
+//! the node ships (`waverunner-host`: every ready batch, the host side of the data-plane
+//! hand-off) and a simulated data plane around the real C protocol handler
+//! (`waverunner-fastpath`) — over a simulated network
 //! that drops, duplicates, delays, reorders and partitions, while replicas crash (with their log
 //! kept on disk, or in `memory` durability lost), pause, change membership and hand leadership
 //! over. After every step it checks election safety, log matching, leader completeness,

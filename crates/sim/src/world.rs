@@ -16,6 +16,7 @@ use crate::checker::{entry_hash, Checker};
 use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
 use crate::rng::Rng;
 use waverunner_host::dataplane::{DataPlaneHost, HostStats};
+use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 
 /// One simulated millisecond: the Raft tick.
 pub const TICK_US: u64 = 1_000;
@@ -248,8 +249,8 @@ struct Node {
     /// Writes this node took from clients into its software log.
     requests: HashSet<u64>,
     poll_pending: bool,
-    /// Commit index seen last in this incarnation (commit never goes back).
-    last_commit: Index,
+    /// What the host's ready handling remembers between batches (per incarnation).
+    ready_st: ReadyState,
     compact_every: u64,
 }
 
@@ -438,7 +439,7 @@ impl World {
             removed: false,
             requests: HashSet::new(),
             poll_pending: false,
-            last_commit: 0,
+            ready_st: ReadyState::default(),
             compact_every,
         };
         for n in self.nodes.values_mut() {
@@ -765,7 +766,8 @@ impl World {
 
     // ------------------------------------------------------------- the host
 
-    /// Handles every ready batch of `id` (the host loop of a replica).
+    /// Handles every ready batch of `id` with the host code the node runs
+    /// (`waverunner_host::ready`), over this world's disk, network and state machine.
     fn drive(&mut self, id: NodeId) {
         for _round in 0..64 {
             let now = self.now;
@@ -774,140 +776,30 @@ impl World {
             if !raft.has_ready() {
                 break;
             }
-            let mut rd = raft.ready();
-            let mut elected = None;
-
-            if let Some(ss) = rd.soft_state {
-                if self.opts.trace {
-                    eprintln!(
-                        "{now:>9}us node {id} {:?} term {} leader {} last {} commit {} conf {:?}",
-                        ss.role,
-                        raft.term(),
-                        ss.leader,
-                        raft.last_index(),
-                        raft.commit_index(),
-                        raft.conf_state()
-                    );
-                }
-                if ss.role == Role::Leader {
-                    let term = raft.term();
-                    self.checker.on_leader(now, id, term);
-                    let snap = raft.first_index() - 1;
-                    self.checker
-                        .check_leader_complete(now, id, snap, |i| raft.term_of(i));
-                    if !self.healing && self.rng.chance(self.depose) {
-                        elected = Some((n.incarnation, term));
-                    }
-                }
+            let rd = raft.ready();
+            let at = Duration::from_micros(now);
+            let mut io = SimIo {
+                id,
+                now,
+                trace: self.opts.trace,
+                node: n,
+                checker: &mut self.checker,
+                stats: &mut self.stats,
+                reads: &mut self.reads,
+                out: Vec::new(),
+                elected: None,
+            };
+            if let Err(e) = waverunner_host::ready::handle_ready(rd, &mut io, at) {
+                self.checker.report(now, format!("node {id}: {e}"));
+                return;
             }
-
-            if let Some(cmd) = rd.dataplane.take() {
-                // Before the messages of this ready: an Enable must be in force when they go
-                // out (as the node does it).
-                if let Err(e) = n.host.command(raft, cmd, Duration::from_micros(now)) {
-                    self.checker.report(now, format!("node {id}: {e}"));
-                }
-                if n.host.stats.ring_refused > 0 {
-                    self.checker
-                        .report(now, format!("node {id}: a drained ring entry was refused"));
-                }
-            }
-
-            // Persist.
-            if let Some(s) = &rd.snapshot {
-                // An installed snapshot replaces the whole log: entries after it on disk may
-                // belong to a term the snapshot's history overwrote.
-                n.disk.entries.clear();
-                n.disk.snapshot = Some(s.clone());
-                n.sm = Sm::decode(&s.data);
-                assert_eq!(n.sm.applied, s.meta.index, "snapshot state at its index");
-                self.stats.snapshots_installed += 1;
-            }
-            if let Some(first) = rd.entries.first() {
-                self.checker.on_entries(now, id, &rd.entries);
-                n.disk.entries.retain(|e| e.index < first.index);
-                let expect = n.disk.last_index() + 1;
-                if first.index != expect {
-                    self.checker.report(
-                        now,
-                        format!(
-                            "node {id}: ready entries start at {} but the disk ends at {}",
-                            first.index,
-                            expect - 1
-                        ),
-                    );
-                }
-                n.disk.entries.extend(rd.entries.iter().cloned());
-            }
-            if let Some(last) = rd.entries.last() {
-                n.host.deferred_ack(raft, last.index);
-            }
-            if let Some(hs) = rd.hard_state {
-                n.disk.hard = hs;
-            }
-
-            // Apply.
-            for e in &rd.committed_entries {
-                if e.index <= n.sm.applied {
-                    continue;
-                }
+            let SimIo { out, elected, .. } = io;
+            let n = self.nodes.get_mut(&id).unwrap();
+            if n.host.stats.ring_refused > 0 {
                 self.checker
-                    .on_decided(now, id, e.index, e.term, entry_hash(e.kind, &e.data));
-                n.sm.apply(e);
-                if let Some(w) = write_id(&e.data) {
-                    if n.requests.remove(&w) {
-                        self.stats.writes_acked += 1;
-                        self.checker.on_ack(
-                            now,
-                            w,
-                            e.index,
-                            e.term,
-                            entry_hash(e.kind, &e.data),
-                            false,
-                        );
-                    }
-                }
+                    .report(now, format!("node {id}: a drained ring entry was refused"));
             }
-            for rs in &rd.read_states {
-                let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
-                    continue;
-                };
-                let r = u64::from_le_bytes(b);
-                if let Some(&(node, inc, floor)) = self.reads.get(&r) {
-                    if node == id && inc == n.incarnation {
-                        if self.opts.trace {
-                            eprintln!(
-                                "{now:>9}us node {id} read {r}: index {} (floor {floor}, {:?} term {})",
-                                rs.index,
-                                raft.role(),
-                                raft.term()
-                            );
-                        }
-                        self.reads.remove(&r);
-                        self.stats.reads_checked += 1;
-                        self.checker.on_read_index(now, id, r, rs.index, floor);
-                    }
-                }
-            }
-            for c in &rd.read_refusals {
-                if let Ok(b) = <[u8; 8]>::try_from(c.as_slice()) {
-                    if self.reads.remove(&u64::from_le_bytes(b)).is_some() {
-                        self.stats.reads_refused += 1;
-                    }
-                }
-            }
-            let commit = raft.commit_index();
-            if commit < n.last_commit {
-                self.checker.report(
-                    now,
-                    format!(
-                        "monotonic commit: node {id} commit went from {} to {commit}",
-                        n.last_commit
-                    ),
-                );
-            }
-            n.last_commit = commit;
-            let proposals = rd.dataplane_proposals.clone();
+            let raft = n.raft.as_mut().expect("live node");
             raft.advance();
 
             // Compaction, as a host would after applying.
@@ -918,19 +810,17 @@ impl World {
                     n.disk.entries.retain(|e| e.index > at);
                 }
             }
-
-            for m in rd.messages {
+            let inc = n.incarnation;
+            for m in out {
                 let to = m.to;
                 self.send(id, to, Packet::Raft(m));
             }
-            let n = self.nodes.get_mut(&id).unwrap();
-            for p in proposals {
-                n.host.push_proposal(&p);
-            }
             self.flush_plane(id);
-            if let Some((inc, term)) = elected {
-                let after = self.rng.range(0, 3 * self.base_delay);
-                self.schedule(after, Ev::Depose(id, inc, term));
+            if let Some(term) = elected {
+                if !self.healing && self.rng.chance(self.depose) {
+                    let after = self.rng.range(0, 3 * self.base_delay);
+                    self.schedule(after, Ev::Depose(id, inc, term));
+                }
             }
         }
     }
@@ -1176,7 +1066,7 @@ impl World {
         let raft = self.with_sink(raft);
         let n = self.nodes.get_mut(&id).expect("node");
         n.raft = Some(raft);
-        n.last_commit = 0;
+        n.ready_st = ReadyState::new(n.disk.hard);
         let inc = n.incarnation;
         let phase = self.rng.range(0, TICK_US);
         self.schedule(phase, Ev::Tick(id, inc));
@@ -1644,5 +1534,171 @@ impl waverunner_raft::SnapshotSink for FlakySink {
             return Err("simulated disk error".into());
         }
         Ok(self.buf.into())
+    }
+}
+
+/// A replica's side of a ready batch in the simulation: its disk, its state machine, the
+/// network (messages wait in `out` for the world to send) and the checker watching it all.
+struct SimIo<'a> {
+    id: NodeId,
+    now: u64,
+    trace: bool,
+    node: &'a mut Node,
+    checker: &'a mut Checker,
+    stats: &'a mut Stats,
+    reads: &'a mut HashMap<u64, (NodeId, u64, Index)>,
+    out: Vec<Message>,
+    /// The term this replica was elected leader in, during this batch.
+    elected: Option<Term>,
+}
+
+impl ReadyIo for SimIo<'_> {
+    type Plane = SimDataPlane;
+
+    fn parts(&mut self) -> Parts<'_, SimDataPlane> {
+        let n = &mut *self.node;
+        Parts {
+            raft: n.raft.as_mut().expect("live node"),
+            dp: Some(&mut n.host),
+            st: &mut n.ready_st,
+        }
+    }
+
+    fn soft_state(&mut self, ss: waverunner_raft::SoftState) -> Result<(), String> {
+        let (id, now) = (self.id, self.now);
+        let raft = self.node.raft.as_ref().expect("live node");
+        if self.trace {
+            eprintln!(
+                "{now:>9}us node {id} {:?} term {} leader {} last {} commit {} conf {:?}",
+                ss.role,
+                raft.term(),
+                ss.leader,
+                raft.last_index(),
+                raft.commit_index(),
+                raft.conf_state()
+            );
+        }
+        if ss.role == Role::Leader {
+            let term = raft.term();
+            self.checker.on_leader(now, id, term);
+            let snap = raft.first_index() - 1;
+            self.checker
+                .check_leader_complete(now, id, snap, |i| raft.term_of(i));
+            self.elected = Some(term);
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, m: Message) {
+        self.out.push(m);
+    }
+
+    fn install_snapshot(&mut self, s: &Snapshot) -> Result<(), String> {
+        let n = &mut *self.node;
+        // An installed snapshot replaces the whole log: entries after it on disk may belong
+        // to a term the snapshot's history overwrote.
+        n.disk.entries.clear();
+        n.disk.snapshot = Some(s.clone());
+        n.sm = Sm::decode(&s.data);
+        assert_eq!(n.sm.applied, s.meta.index, "snapshot state at its index");
+        self.stats.snapshots_installed += 1;
+        Ok(())
+    }
+
+    fn append(&mut self, entries: &[Entry]) -> Result<(), String> {
+        let (id, now) = (self.id, self.now);
+        let n = &mut *self.node;
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        self.checker.on_entries(now, id, entries);
+        n.disk.entries.retain(|e| e.index < first.index);
+        let expect = n.disk.last_index() + 1;
+        if first.index != expect {
+            self.checker.report(
+                now,
+                format!(
+                    "node {id}: ready entries start at {} but the disk ends at {}",
+                    first.index,
+                    expect - 1
+                ),
+            );
+        }
+        n.disk.entries.extend(entries.iter().cloned());
+        Ok(())
+    }
+
+    fn set_hard_state(&mut self, hs: HardState) -> Result<(), String> {
+        self.node.disk.hard = hs;
+        Ok(())
+    }
+
+    /// The simulated disk is durable at once (a crash falls between events).
+    fn sync(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn apply(&mut self, committed: Vec<Entry>) {
+        let (id, now) = (self.id, self.now);
+        let n = &mut *self.node;
+        for e in &committed {
+            if e.index <= n.sm.applied {
+                continue;
+            }
+            self.checker
+                .on_decided(now, id, e.index, e.term, entry_hash(e.kind, &e.data));
+            n.sm.apply(e);
+            if let Some(w) = write_id(&e.data) {
+                if n.requests.remove(&w) {
+                    self.stats.writes_acked += 1;
+                    self.checker.on_ack(
+                        now,
+                        w,
+                        e.index,
+                        e.term,
+                        entry_hash(e.kind, &e.data),
+                        false,
+                    );
+                }
+            }
+        }
+    }
+
+    fn applied(&self) -> u64 {
+        self.node.sm.applied
+    }
+
+    fn reads(&mut self, refusals: Vec<Vec<u8>>, states: Vec<waverunner_raft::ReadState>) {
+        let (id, now) = (self.id, self.now);
+        let n = &*self.node;
+        let raft = n.raft.as_ref().expect("live node");
+        for rs in &states {
+            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
+                continue;
+            };
+            let r = u64::from_le_bytes(b);
+            if let Some(&(node, inc, floor)) = self.reads.get(&r) {
+                if node == id && inc == n.incarnation {
+                    if self.trace {
+                        eprintln!(
+                            "{now:>9}us node {id} read {r}: index {} (floor {floor}, {:?} term {})",
+                            rs.index,
+                            raft.role(),
+                            raft.term()
+                        );
+                    }
+                    self.reads.remove(&r);
+                    self.stats.reads_checked += 1;
+                    self.checker.on_read_index(now, id, r, rs.index, floor);
+                }
+            }
+        }
+        for c in &refusals {
+            if let Ok(b) = <[u8; 8]>::try_from(c.as_slice()) {
+                if self.reads.remove(&u64::from_le_bytes(b)).is_some() {
+                    self.stats.reads_refused += 1;
+                }
+            }
+        }
     }
 }
