@@ -20,6 +20,9 @@ run: build
 lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@# The replication library stays an SMR library: no client protocol, no libbpf without `xdp`.
+	@if $(CARGO) tree -p waverunner-node -e normal,build | grep -E 'libbpf|waverunner-(kv|client)'; then \
+	  echo "lint: waverunner-node must not depend on the crates above" >&2; exit 1; fi
 
 unit: deps
 	$(CARGO) test --workspace

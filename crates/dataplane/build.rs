@@ -1,13 +1,16 @@
 //! Compiles the XDP data plane (`bpf/waverunner.bpf.c`, which includes the fast-path handler of
 //! `crates/fastpath/c`) with clang and generates its libbpf skeleton into
 //! `$OUT_DIR/waverunner.skel.rs`, which `src/xdp.rs` includes: maps, programs and the BPF
-//! globals (`.bss`, the registers) as typed Rust.
+//! globals (`.bss`, the registers) as typed Rust. Only with the `xdp` feature.
 
-use std::path::PathBuf;
+#[cfg(not(feature = "xdp"))]
+fn main() {}
 
-use libbpf_cargo::SkeletonBuilder;
-
+#[cfg(feature = "xdp")]
 fn main() {
+    use libbpf_cargo::SkeletonBuilder;
+    use std::path::PathBuf;
+
     let src = "bpf/waverunner.bpf.c";
     for dep in [
         src,
@@ -20,6 +23,7 @@ fn main() {
         "../fastpath/c/registers.h",
         "../fastpath/c/wire.h",
         "../fastpath/c/types.h",
+        "../fastpath/c/payload.h",
     ] {
         println!("cargo:rerun-if-changed={dep}");
     }

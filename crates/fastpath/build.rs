@@ -2,7 +2,14 @@
 //! linked into this crate, with every warning an error.
 
 fn main() {
-    for f in ["handler.c", "handler.h", "wire.h", "registers.h", "types.h"] {
+    for f in [
+        "handler.c",
+        "handler.h",
+        "wire.h",
+        "registers.h",
+        "types.h",
+        "payload.h",
+    ] {
         println!("cargo:rerun-if-changed=c/{f}");
     }
     cc::Build::new()

@@ -348,9 +348,9 @@ fn request_sizes(value_size: usize) -> (usize, usize) {
     };
     let mut cmd = Vec::new();
     waverunner_kv::codec::encode_op(&op, &mut cmd);
-    let datagram = waverunner_client::proto::encode_request(0, 1, &op).map_or(0, |p| p.len());
+    let datagram = waverunner_kv::native::encode_request(0, 1, &op).map_or(0, |p| p.len());
     (
-        waverunner_client::proto::ENVELOPE_PREFIX + cmd.len(),
+        waverunner_fastpath::payload::ENV_PREFIX + cmd.len(),
         datagram,
     )
 }

@@ -194,7 +194,7 @@ pub fn run(a: NodeArgs) -> ExitCode {
         }
     };
     let id = cfg.id;
-    let running = match waverunner_node::start_kv(cfg) {
+    let running = match waverunner_kvserver::start_kv(cfg) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("waverunner node: {e}");

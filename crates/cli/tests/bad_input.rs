@@ -277,7 +277,7 @@ fn garbage_on_the_native_udp_port() {
         dgrams.push(garbage(seed, 1 + (seed as usize * 37) % 1400));
     }
     // A request header with a valid look but a payload that does not decode to an operation.
-    let mut valid = waverunner_client::proto::encode_request(
+    let mut valid = waverunner_kv::native::encode_request(
         7,
         1,
         &waverunner_kv::Op::Get {

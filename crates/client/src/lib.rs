@@ -1,6 +1,6 @@
 //! # waverunner-client
 //!
-//! A Rust client for Waverunner's native UDP protocol ([`proto`]).
+//! A Rust client for Waverunner's native UDP protocol (`waverunner_kv::native`).
 //!
 //! - **Leader discovery and redirects**: any replica accepts requests (followers forward them to
 //!   the leader); every reply names the leader, and the client sends there next.
@@ -20,7 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod load;
-pub mod proto;
+use waverunner_kv::native as proto;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};

@@ -35,9 +35,8 @@
 #include "wr_latency.h"
 #include "wr_maps.h"
 #include "../../fastpath/c/handler.h"
+#include "../../fastpath/c/payload.h"
 
-#define WR_STAMP_OFF 33 /* STAMP_OFFSET in src/lib.rs: now_ms in an entry envelope */
-#define WR_ENVELOPE_TAG 1
 #define WR_REPLY_PREFIX 9 /* CLIENT_REPLY payload: status u8 | leader id u64 LE */
 
 /* Where a rewritten frame goes. Copied to the stack: packet pointers die in adjust_tail. */
@@ -126,20 +125,20 @@ static __always_inline int wr_to_host(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-/* Writes now_ms into an entry envelope's payload (STAMP_OFFSET), if it is one. */
+/* Writes now_ms into an entry envelope's payload (FP_ENV_OFF_NOW_MS), if it is one. */
 static __always_inline void wr_stamp(struct xdp_md *ctx, __u16 len, __u64 now_ns)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u8 *p = data + WR_PAYLOAD_OFF;
 
-	if (len < WR_STAMP_OFF + 8)
+	if (len < FP_ENV_OFF_NOW_MS + 8)
 		return;
-	if ((void *)(p + WR_STAMP_OFF + 8) > data_end)
+	if ((void *)(p + FP_ENV_OFF_NOW_MS + 8) > data_end)
 		return;
-	if (p[0] != WR_ENVELOPE_TAG)
+	if (p[0] != FP_ENV_TAG)
 		return;
-	fp_st64(p + WR_STAMP_OFF, (now_ns + wall_offset_ns) / 1000000);
+	fp_st64(p + FP_ENV_OFF_NOW_MS, (now_ns + wall_offset_ns) / 1000000);
 }
 
 /* The handler's lock, counters: one lookup each. */

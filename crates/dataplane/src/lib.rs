@@ -22,20 +22,13 @@ use std::sync::Arc;
 use waverunner_fastpath as fp;
 
 pub mod udp;
+#[cfg(feature = "xdp")]
 pub mod xdp;
 
 /// Records the ring holds at most. A data plane whose ring is full drops the input packet
 /// *before* the handler runs (counted in [`Counters::ring_full`]), so nothing is handled that
 /// the host cannot see; Raft treats it as a lost packet.
 pub const RING_CAPACITY: usize = 4096;
-
-/// Offset of the leader's clock (`now_ms`, u64 little-endian) in a client request's payload
-/// when the payload is an entry envelope (first byte [`ENVELOPE_TAG`]): 1 tag byte + origin,
-/// req, client, seq (4 × 8 bytes). The leader's data plane stamps it when it orders the
-/// request, so TTLs are fixed by the leader's clock in the entry, as in software.
-pub const STAMP_OFFSET: usize = 33;
-/// First byte of an entry envelope (`waverunner_node::sm::Envelope`, version 1).
-pub const ENVELOPE_TAG: u8 = 1;
 
 /// One record of the log ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +62,9 @@ pub struct RingEntry {
     /// Leader only: the IPv4 source of the client request (where its reply goes); `None` at
     /// a follower and for requests the host pushed itself.
     pub source: Option<SocketAddrV4>,
-    /// The entry's data: the request payload (stamped, see [`STAMP_OFFSET`]).
+    /// The entry's data: the request payload (stamped with the leader's clock when it is an
+    /// entry envelope: `waverunner_fastpath::payload::stamp`, so TTLs are fixed by the
+    /// leader's clock in the entry, as in software).
     pub payload: Vec<u8>,
 }
 
@@ -275,14 +270,6 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     }
 }
 
-/// Writes the leader's clock into a client request's payload if it is an entry envelope
-/// (see [`STAMP_OFFSET`]).
-pub fn stamp(payload: &mut [u8], now_ms: u64) {
-    if payload.len() >= STAMP_OFFSET + 8 && payload[0] == ENVELOPE_TAG {
-        payload[STAMP_OFFSET..STAMP_OFFSET + 8].copy_from_slice(&now_ms.to_le_bytes());
-    }
-}
-
 /// Milliseconds since the Unix epoch by the local clock.
 pub fn wall_ms() -> u64 {
     std::time::SystemTime::now()
@@ -306,15 +293,5 @@ mod tests {
         for b in 0..HIST_BUCKETS {
             assert_eq!(bucket_of(bucket_floor(b)), b, "bucket {b}");
         }
-    }
-
-    #[test]
-    fn stamp_only_envelopes() {
-        let mut p = vec![0u8; 41];
-        stamp(&mut p, 7);
-        assert_eq!(p, vec![0u8; 41]);
-        p[0] = ENVELOPE_TAG;
-        stamp(&mut p, 7);
-        assert_eq!(&p[33..41], &7u64.to_le_bytes());
     }
 }

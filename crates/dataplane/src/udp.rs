@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use waverunner_fastpath as fp;
 
 use crate::{
-    bucket_of, stamp, wall_ms, Config, Counters, DataPlane, Hooks, LatencyHistogram, RingEntry,
+    bucket_of, wall_ms, Config, Counters, DataPlane, Hooks, LatencyHistogram, RingEntry,
     RingRecord, HIST_BUCKETS, RING_CAPACITY,
 };
 
@@ -837,7 +837,7 @@ impl Worker {
         if a.intersects(fp::Actions::RING_ENTRY | fp::Actions::BROADCAST) {
             let mut d = payload.to_vec();
             if ordered {
-                stamp(&mut d, self.now_ms);
+                fp::payload::stamp(&mut d, self.now_ms);
             }
             data = Some(d);
         }

@@ -764,7 +764,7 @@ impl XdpDataPlane {
         })
     }
 
-    /// Refreshes the wall-clock offset the leader stamps entries with (`STAMP_OFFSET`); the
+    /// Refreshes the wall-clock offset the leader stamps entries with (`waverunner_fastpath::payload::ENV_OFF_NOW_MS`); the
     /// replica calls it every tick (also what [`DataPlane::tick`] does).
     pub fn refresh_clock(&self) {
         self.prog.refresh_clock();

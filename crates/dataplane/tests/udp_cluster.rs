@@ -8,9 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use waverunner_dataplane::udp::UdpDataPlane;
-use waverunner_dataplane::{
-    wall_ms, Config, DataPlane, Hooks, RingEntry, RingRecord, ENVELOPE_TAG, STAMP_OFFSET,
-};
+use waverunner_dataplane::{wall_ms, Config, DataPlane, Hooks, RingEntry, RingRecord};
+use waverunner_fastpath::payload::{Envelope, ENV_OFF_NOW_MS as STAMP_OFFSET};
 use waverunner_fastpath::{self as fp, Header, Registers};
 
 const GROUP: u32 = 7;
@@ -156,12 +155,15 @@ fn regs(self_id: u64, voters: &[u64], leader: u64, flags: u32) -> Registers {
 
 /// An entry envelope as a native client sends it (origin 0, req 0, now_ms 0).
 fn envelope(client: u64, seq: u64, cmd: &[u8]) -> Vec<u8> {
-    let mut p = vec![ENVELOPE_TAG];
-    for w in [0u64, 0, client, seq, 0] {
-        p.extend_from_slice(&w.to_le_bytes());
+    Envelope {
+        origin: 0,
+        req: 0,
+        client,
+        seq,
+        now_ms: 0,
+        command: cmd.to_vec(),
     }
-    p.extend_from_slice(cmd);
-    p
+    .encode()
 }
 
 fn request(client: u64, seq: u64, flags: u16) -> Vec<u8> {

@@ -6,6 +6,7 @@
  * Also compiles with `clang -O2 -target bpf -c handler.c`.
  */
 #include "handler.h"
+#include "payload.h"
 
 int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 	      struct fp_out *out)
@@ -54,6 +55,21 @@ const __u32 fp_layout_table[] = {
 	FP_OUT_FIELD(commit_index), FP_OUT_FIELD(reply_index),
 	FP_OUT_FIELD(msg),
 };
+
+/*
+ * The payload layout (payload.h), in this order, for the Rust mirror's test:
+ * tags, envelope offsets and prefix, reply offsets and prefix, statuses.
+ */
+const __u32 fp_payload_table[] = {
+	FP_ENV_TAG, FP_ENTRY_MEMBER_RECORD,
+	FP_ENV_OFF_ORIGIN, FP_ENV_OFF_REQ, FP_ENV_OFF_CLIENT, FP_ENV_OFF_SEQ,
+	FP_ENV_OFF_NOW_MS, FP_ENV_OFF_LEN, FP_ENV_PREFIX,
+	FP_REPLY_OFF_STATUS, FP_REPLY_OFF_LEADER, FP_REPLY_PREFIX,
+	FP_STATUS_OK, FP_STATUS_ERROR, FP_STATUS_RETRY, FP_STATUS_UNKNOWN,
+};
+
+/* Number of entries in fp_payload_table. */
+const __u32 fp_payload_len = sizeof(fp_payload_table) / sizeof(fp_payload_table[0]);
 
 /* Number of entries in fp_layout_table. */
 const __u32 fp_layout_len = sizeof(fp_layout_table) / sizeof(fp_layout_table[0]);

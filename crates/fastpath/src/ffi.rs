@@ -13,6 +13,10 @@ extern "C" {
     static fp_layout_table: [u32; 41];
     #[cfg(test)]
     static fp_layout_len: u32;
+    #[cfg(test)]
+    static fp_payload_table: [u32; 16];
+    #[cfg(test)]
+    static fp_payload_len: u32;
 }
 
 /// Parses `buf` with the C `fp_parse` (the code the XDP program runs). Same contract as
@@ -99,6 +103,33 @@ mod tests {
                 "layout entry {i} differs between C and Rust"
             );
         }
+    }
+
+    #[test]
+    fn payload_layout_matches_c() {
+        use crate::payload::*;
+        let rust: Vec<u32> = vec![
+            u32::from(ENV_TAG),
+            u32::from(ENTRY_MEMBER_RECORD),
+            ENV_OFF_ORIGIN as u32,
+            ENV_OFF_REQ as u32,
+            ENV_OFF_CLIENT as u32,
+            ENV_OFF_SEQ as u32,
+            ENV_OFF_NOW_MS as u32,
+            ENV_OFF_LEN as u32,
+            ENV_PREFIX as u32,
+            REPLY_OFF_STATUS as u32,
+            REPLY_OFF_LEADER as u32,
+            REPLY_PREFIX as u32,
+            u32::from(STATUS_OK),
+            u32::from(STATUS_ERROR),
+            u32::from(STATUS_RETRY),
+            u32::from(STATUS_UNKNOWN),
+        ];
+        // SAFETY: plain reads of immutable C globals.
+        let (table, len) = unsafe { (fp_payload_table, fp_payload_len) };
+        assert_eq!(len as usize, rust.len(), "payload table length");
+        assert_eq!(table.to_vec(), rust, "payload.h and payload.rs differ");
     }
 
     #[test]

@@ -25,6 +25,7 @@
 
 mod ffi;
 mod handler;
+pub mod payload;
 mod registers;
 mod wire;
 
@@ -36,5 +37,5 @@ pub use handler::{
 pub use registers::{Registers, MAX_NODES, MAX_RETX_REQUESTS, RETX_EVERY, R_DEFER_ACK};
 pub use wire::{
     Header, MsgType, WireError, ACK, APPEND, CLIENT_REPLY, CLIENT_REQUEST, F_BLIND_WRITE,
-    F_HEARTBEAT, HDR_LEN, MAGIC, MAX_PAYLOAD, REJECT, RETX_REQ, VERSION,
+    F_HEARTBEAT, GROUP, HDR_LEN, MAGIC, MAX_PAYLOAD, REJECT, RETX_REQ, VERSION,
 };

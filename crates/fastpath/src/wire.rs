@@ -11,6 +11,9 @@ pub const MAGIC: u32 = 0x4E52_5657;
 pub const VERSION: u8 = 1;
 /// Largest payload a packet may carry (`FP_MAX_PAYLOAD`).
 pub const MAX_PAYLOAD: u16 = 1400;
+/// Group id of a replica set's fast path on the wire (the header's `group_id`): what a
+/// replica's data plane and its native clients use (one replica set per address).
+pub const GROUP: u32 = 1;
 /// Header flag: a write whose reply does not read state (`FP_F_BLIND_WRITE`).
 pub const F_BLIND_WRITE: u16 = 1;
 /// Header flag: an empty entry pushed by the leader while idle (`FP_F_HEARTBEAT`).

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use waverunner_dataplane::{DataPlane, RingEntry, RingRecord, ENVELOPE_TAG, RING_CAPACITY};
+use waverunner_dataplane::{DataPlane, RingEntry, RingRecord, RING_CAPACITY};
 use waverunner_fastpath as fp;
 use waverunner_raft::{
     DataPlaneCommand, DataPlaneState, DisableReason, Entry, EntryKind, Message, MessageBody, Raft,
@@ -167,17 +167,6 @@ pub fn packet(h: fp::Header, payload: &[u8]) -> Vec<u8> {
     }
     .encode(payload, &mut out);
     out
-}
-
-/// The origin replica of an entry envelope (0: a client of the leader itself), if `payload`
-/// is one (see `waverunner_dataplane::STAMP_OFFSET` for the layout).
-fn envelope_origin(payload: &[u8]) -> Option<u64> {
-    if payload.len() < 9 || payload[0] != ENVELOPE_TAG {
-        return None;
-    }
-    Some(u64::from_le_bytes(
-        payload[1..9].try_into().expect("8 bytes"),
-    ))
 }
 
 impl<P: DataPlane> DataPlaneHost<P> {
@@ -341,7 +330,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
                 self.id
             );
             if leader && e.flags & fp::F_HEARTBEAT == 0 {
-                if let Some(origin) = envelope_origin(&e.payload) {
+                if let Some(origin) = fp::payload::origin_of(&e.payload) {
                     if origin != 0 && origin != self.id {
                         self.remote_pending.insert(e.index);
                     }
@@ -749,15 +738,5 @@ mod tests {
             "retransmit_exhausted"
         );
         assert_eq!(reason_name(DisableReason::NewTerm), "new_term");
-    }
-
-    #[test]
-    fn only_envelopes_have_an_origin() {
-        let mut p = vec![ENVELOPE_TAG];
-        p.extend_from_slice(&5u64.to_le_bytes());
-        assert_eq!(envelope_origin(&p), Some(5));
-        p[0] = 2; // a member record: its id is not an origin
-        assert_eq!(envelope_origin(&p), None);
-        assert_eq!(envelope_origin(&[ENVELOPE_TAG, 1, 2]), None);
     }
 }

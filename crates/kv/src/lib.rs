@@ -20,6 +20,7 @@
 pub mod codec;
 pub mod glob;
 pub mod memcache;
+pub mod native;
 pub mod ops;
 pub mod resp;
 pub mod store;

@@ -15,8 +15,8 @@ use waverunner_host::dataplane::DataPlaneHost;
 use crate::config::{DataPlaneKind, DurabilityMode, NodeConfig};
 use crate::replica::Event;
 
-/// Group id of the fast path on the wire (the native client protocol's).
-pub const GROUP: u32 = waverunner_client::proto::GROUP as u32;
+/// Group id of the fast path on the wire.
+pub const GROUP: u32 = fp::GROUP;
 
 /// The data plane of a replica and its host side (crate `waverunner-host`).
 pub type DpHost = DataPlaneHost<Box<dyn DataPlane>>;
@@ -67,6 +67,7 @@ pub fn open(
             dp::udp::UdpDataPlane::open(&dcfg, hooks)
                 .map_err(|e| format!("cannot start the udp data plane on {bind}: {e}"))?,
         ),
+        #[cfg(feature = "xdp")]
         DataPlaneKind::Xdp => Box::new(dp::xdp::XdpDataPlane::open(&dcfg, hooks).map_err(|e| {
             format!(
                 "cannot start the xdp data plane on {:?} ({bind}): {e}; it needs root, \
@@ -75,6 +76,14 @@ pub fn open(
                 dcfg.interface
             )
         })?),
+        #[cfg(not(feature = "xdp"))]
+        DataPlaneKind::Xdp => {
+            return Err(
+                "this build has no xdp data plane (the `xdp` feature of waverunner-node \
+                 is off); use dataplane = \"udp\" or build with the feature"
+                    .into(),
+            )
+        }
         DataPlaneKind::Off => return Err("no data plane configured".into()),
     };
     let defer_acks = cfg.durability == DurabilityMode::Fsync;

@@ -1,24 +1,25 @@
 //! # waverunner-node
 //!
-//! One Waverunner replica: the Raft core driven by a single replica loop ([`replica`]), the
-//! TCP transport between replicas ([`transport`], [`wire`]), durable storage
-//! (`waverunner-storage`), the replicated state machine ([`sm`]: implement [`StateMachine`] to
-//! replicate your own), and for the key-value store its client front-ends (native UDP, Redis
-//! RESP, memcached text) and admin HTTP (`/metrics`, `/status`, and `POST /membership`,
-//! `POST /transfer-leader` for membership change: see [`admin`]).
+//! The replication library: one Waverunner replica of any state machine. The Raft core
+//! driven by a single replica loop ([`replica`]) through the host logic it shares with the
+//! simulator (`waverunner-host`), the TCP transport between replicas ([`transport`],
+//! [`wire`]), durable storage (`waverunner-storage`), the replicated state machine ([`sm`]:
+//! implement [`StateMachine`] and call [`start_replica`]), and admin HTTP (`/metrics`,
+//! `/status`, and `POST /membership`, `POST /transfer-leader` for membership change: see
+//! [`admin`]). It knows no client protocol: the key-value server with its RESP, memcached
+//! and native front-ends is an application of it (`waverunner-kvserver`).
 //!
-//! Data plane: `off` (vanilla Raft over TCP), `udp` or `xdp` (crate `waverunner-dataplane`);
-//! [`fastpath`] is the replica's side of the hand-off (DESIGN §3).
+//! Data plane: `off` (vanilla Raft over TCP), `udp`, or `xdp` with the `xdp` feature (crate
+//! `waverunner-dataplane`; without the feature the library builds without libbpf);
+//! [`fastpath`] opens it (DESIGN §3).
 
 #![warn(missing_docs)]
 
 pub mod admin;
 pub mod config;
 pub mod fastpath;
-pub mod frontend;
-pub mod kvsm;
 pub mod metrics;
-pub(crate) mod priority;
+pub mod priority;
 pub mod replica;
 pub mod sm;
 pub mod stop;
@@ -27,11 +28,10 @@ pub mod wire;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 pub use config::NodeConfig;
-pub use kvsm::KvMachine;
 pub use replica::{AdminCmd, AdminError, ClientError, Handle};
 pub use sm::StateMachine;
 
@@ -93,6 +93,11 @@ impl Running {
         }
     }
 
+    /// The flag that stops the replica (and that the application's threads wait on).
+    pub fn stop_flag(&self) -> Arc<Stop> {
+        self.stop.clone()
+    }
+
     /// Whether the replica loop is still running.
     pub fn is_running(&self) -> bool {
         self.core.as_ref().is_some_and(|h| !h.is_finished())
@@ -108,18 +113,30 @@ impl Drop for Running {
 /// Starts a replica of any state machine: transport, storage, replica loop, admin HTTP and
 /// the configured data plane. Clients talk to it through [`Running::handle`].
 pub fn start_replica<S: StateMachine>(cfg: NodeConfig, sm: S) -> Result<Running, StartError> {
-    start_replica_with(cfg, sm, Vec::new(), None).map(|(r, _)| r)
+    start_replica_with(cfg, sm, FastClients::default()).map(|(r, _)| r)
 }
 
-/// What the native front-end does with a client request that reached the fast-path port.
-type RequestFn = waverunner_dataplane::PacketFn;
+/// What an application that serves clients on the fast-path port gives the data plane.
+#[derive(Default)]
+pub struct FastClients {
+    /// The result the data plane sends for a blind write it committed itself.
+    pub blind_reply_body: Vec<u8>,
+    /// What to do with a client request that reached the fast-path port and that the data
+    /// plane did not order itself (called on a data-plane thread; must not block).
+    pub requests: Option<waverunner_dataplane::PacketFn>,
+}
 
-fn start_replica_with<S: StateMachine>(
+/// [`start_replica`], with the application's fast-path clients; with a data plane, also the
+/// fast-path socket the application answers its clients from.
+pub fn start_replica_with<S: StateMachine>(
     cfg: NodeConfig,
     sm: S,
-    blind_reply_body: Vec<u8>,
-    client_requests: Option<RequestFn>,
+    clients: FastClients,
 ) -> Result<(Running, Option<UdpSocket>), StartError> {
+    let FastClients {
+        blind_reply_body,
+        requests: client_requests,
+    } = clients;
     cfg.validate().map_err(|e| StartError(e.to_string()))?;
     let raft_listener = bind_tcp("replicas", cfg.listen.raft)?;
     let admin_listener = cfg
@@ -214,79 +231,4 @@ fn start_replica_with<S: StateMachine>(
         },
         dp_socket,
     ))
-}
-
-/// Starts a key-value replica with its client front-ends (native UDP, RESP, memcached).
-pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
-    cfg.validate().map_err(|e| StartError(e.to_string()))?;
-    // Without a data plane the native front-end owns the client port; with one, the data
-    // plane does and passes client requests it does not order itself to the front-end.
-    let udp = if cfg.dataplane == config::DataPlaneKind::Off {
-        Some(UdpSocket::bind(cfg.listen.client).map_err(|e| {
-            StartError(format!(
-                "cannot listen for clients on udp {}: {e}",
-                cfg.listen.client
-            ))
-        })?)
-    } else {
-        None
-    };
-    let redis = cfg
-        .listen
-        .redis
-        .map(|a| bind_tcp("Redis clients", a))
-        .transpose()?;
-    let memcache = cfg
-        .listen
-        .memcache
-        .map(|a| bind_tcp("memcached clients", a))
-        .transpose()?;
-    let native: Arc<OnceLock<frontend::native::Native>> = Arc::new(OnceLock::new());
-    let cell = native.clone();
-    let requests: RequestFn = Arc::new(move |src: SocketAddr, pkt: &[u8]| {
-        if let Some(n) = cell.get() {
-            n.on_datagram(pkt, src);
-        }
-    });
-    let mut ok = Vec::new();
-    waverunner_kv::codec::encode_response(&waverunner_kv::Response::Ok, &mut ok);
-    let (running, dp_socket) =
-        start_replica_with(cfg.clone(), KvMachine::default(), ok, Some(requests))?;
-    if let Some(sock) = dp_socket {
-        let _ = native.set(frontend::native::Native::new(
-            Arc::new(sock),
-            running.handle.clone(),
-            cfg.id,
-        ));
-    }
-    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(f)
-            .map(|_| ())
-            .map_err(|e| StartError(format!("cannot start the {name} thread: {e}")))
-    };
-    if let Some(udp) = udp {
-        let (h, s, id) = (running.handle.clone(), running.stop.clone(), cfg.id);
-        spawn(
-            "native",
-            Box::new(move || frontend::native::serve(udp, h, id, s)),
-        )?;
-    }
-    let limits = frontend::Limits::from_config(&cfg);
-    if let Some(l) = redis {
-        let (h, s) = (running.handle.clone(), running.stop.clone());
-        spawn(
-            "redis",
-            Box::new(move || frontend::serve_tcp(l, h, s, limits, frontend::Protocol::Redis)),
-        )?;
-    }
-    if let Some(l) = memcache {
-        let (h, s) = (running.handle.clone(), running.stop.clone());
-        spawn(
-            "memcache",
-            Box::new(move || frontend::serve_tcp(l, h, s, limits, frontend::Protocol::Memcache)),
-        )?;
-    }
-    Ok(running)
 }

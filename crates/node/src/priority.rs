@@ -38,11 +38,11 @@ pub const BULK_SLICE_NS: u64 = 100_000;
 /// large value and fell into elections) and a woken loop waits at most one short slice. Only
 /// where the priority can be raised back afterwards (root, or `CAP_SYS_NICE`); elsewhere
 /// nothing changes.
-pub struct LowPriority(Option<libc::id_t>);
+pub(crate) struct LowPriority(Option<libc::id_t>);
 
 impl LowPriority {
     /// Lowers the calling thread's priority until the guard is dropped.
-    pub fn new() -> LowPriority {
+    pub(crate) fn new() -> LowPriority {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return LowPriority(None);

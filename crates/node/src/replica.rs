@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use waverunner_fastpath as fp;
+use waverunner_fastpath::payload;
 use waverunner_raft::{
     Bytes, ConfChange, Config as RaftConfig, DataPlaneState, Entry, EntryKind, HardState, Message,
     Proposal, ProposeError, Raft, ReadError, ReadMode, Ready, Role, Snapshot,
@@ -1913,21 +1914,13 @@ impl<S: StateMachine> Replica<S> {
             return;
         };
         let (status, body): (u8, &[u8]) = match outcome {
-            Outcome::Applied(r) | Outcome::Duplicate(r) => (waverunner_client::proto::STATUS_OK, r),
+            Outcome::Applied(r) | Outcome::Duplicate(r) => (payload::STATUS_OK, r),
             Outcome::Stale => (
-                waverunner_client::proto::STATUS_ERROR,
+                payload::STATUS_ERROR,
                 b"stale request: the session has moved past this sequence number",
             ),
         };
-        let mut payload = Vec::with_capacity(9 + body.len());
-        payload.push(status);
-        payload.extend_from_slice(&leader.to_le_bytes());
-        payload.extend_from_slice(body);
-        if payload.len() > fp::MAX_PAYLOAD as usize {
-            payload.truncate(9);
-            payload[0] = waverunner_client::proto::STATUS_ERROR;
-            payload.extend_from_slice(b"result too large for a datagram; use RESP or memcached");
-        }
+        let payload = payload::reply_payload(status, leader, body);
         if d.reply(c, index, &payload) {
             self.counters.answered += 1;
         }

@@ -136,63 +136,13 @@ impl SnapshotJob {
     }
 }
 
-/// The data of a normal log entry: who asked, for which session, when, and the command.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Envelope {
-    /// Replica that took the request from its client and answers it once applied.
-    pub origin: u64,
-    /// That replica's request id.
-    pub req: u64,
-    /// Client session id (0: no session, no deduplication).
-    pub client: u64,
-    /// Sequence number within the session.
-    pub seq: u64,
-    /// The leader's clock when it proposed the entry (ms since the Unix epoch).
-    pub now_ms: u64,
-    /// The state-machine command.
-    pub command: Vec<u8>,
-}
+/// The data of a normal log entry: who asked, for which session, when, and the command. Its
+/// layout has one owner, `waverunner_fastpath::payload` (with `c/payload.h`).
+pub use waverunner_fastpath::payload::Envelope;
 
-const ENVELOPE_VERSION: u8 = 1;
-/// First byte of a [`MemberRecord`] entry (a client envelope starts with [`ENVELOPE_VERSION`]).
-const MEMBER_RECORD: u8 = 2;
-
-impl Envelope {
-    /// Encodes the envelope as entry data.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(45 + self.command.len());
-        w.put_u8(ENVELOPE_VERSION);
-        w.put_u64(self.origin);
-        w.put_u64(self.req);
-        w.put_u64(self.client);
-        w.put_u64(self.seq);
-        w.put_u64(self.now_ms);
-        w.put_bytes(&self.command);
-        w.into_inner()
-    }
-
-    /// Decodes entry data.
-    pub fn decode(b: &[u8]) -> Result<Envelope, CodecError> {
-        let mut r = Reader::new(b);
-        let version = r.get_u8()?;
-        if version != ENVELOPE_VERSION {
-            return Err(CodecError::Invalid {
-                what: "envelope version",
-                value: u64::from(version),
-            });
-        }
-        let e = Envelope {
-            origin: r.get_u64()?,
-            req: r.get_u64()?,
-            client: r.get_u64()?,
-            seq: r.get_u64()?,
-            now_ms: r.get_u64()?,
-            command: r.get_bytes(MAX_DATA)?.to_vec(),
-        };
-        r.finish()?;
-        Ok(e)
-    }
-}
+/// First byte of a [`MemberRecord`] entry (a client envelope starts with
+/// `waverunner_fastpath::payload::ENV_TAG`).
+const MEMBER_RECORD: u8 = waverunner_fastpath::payload::ENTRY_MEMBER_RECORD;
 
 /// A node-level log record: member `id` listens for replicas at `raft` (and for native
 /// clients at `client`). The leader appends one right before the `AddLearner` / `AddVoter`
@@ -270,11 +220,15 @@ pub enum EntryData {
 
 impl EntryData {
     /// Decodes the data of a normal, non-empty entry.
-    pub fn decode(b: &[u8]) -> Result<EntryData, CodecError> {
+    pub fn decode(b: &[u8]) -> Result<EntryData, String> {
         if b.first() == Some(&MEMBER_RECORD) {
-            MemberRecord::decode(b).map(EntryData::Member)
+            MemberRecord::decode(b)
+                .map(EntryData::Member)
+                .map_err(|e| e.to_string())
         } else {
-            Envelope::decode(b).map(EntryData::Command)
+            Envelope::decode(b, MAX_DATA)
+                .map(EntryData::Command)
+                .map_err(|e| e.to_string())
         }
     }
 }
@@ -828,11 +782,11 @@ mod tests {
     #[test]
     fn envelopes_round_trip_and_reject_garbage() {
         let e = env(3, 4, 5);
-        assert_eq!(Envelope::decode(&e.encode()).unwrap(), e);
-        assert!(Envelope::decode(&[]).is_err());
-        assert!(Envelope::decode(&[2; 50]).is_err());
+        assert_eq!(Envelope::decode(&e.encode(), MAX_DATA).unwrap(), e);
+        assert!(Envelope::decode(&[], MAX_DATA).is_err());
+        assert!(Envelope::decode(&[2; 50], MAX_DATA).is_err());
         let mut b = e.encode();
         b.push(0);
-        assert!(Envelope::decode(&b).is_err());
+        assert!(Envelope::decode(&b, MAX_DATA).is_err());
     }
 }

@@ -4,7 +4,7 @@
 use waverunner_kv::codec::{decode_op, encode_op, encode_response};
 use waverunner_kv::{KvStore, Op, Response};
 
-use crate::sm::{SnapshotView, StateMachine};
+use waverunner_node::sm::{SnapshotView, StateMachine};
 
 /// The store's items shared in O(1) ([`KvStore::snapshot_view`]).
 struct KvView(waverunner_kv::store::SnapshotView);

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use waverunner_kv::{memcache, resp, Op};
 
-use crate::config::NodeConfig;
-use crate::replica::{ClientError, Handle};
-use crate::stop::Stop;
+use waverunner_node::config::NodeConfig;
+use waverunner_node::replica::{ClientError, Handle};
+use waverunner_node::stop::Stop;
 
 /// Which TCP protocol a listener speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +82,7 @@ pub fn serve_tcp(
             .name(format!("{proto:?}-conn").to_lowercase())
             .spawn(move || {
                 let _slot = slot;
-                crate::priority::client_thread();
+                waverunner_node::priority::client_thread();
                 let _ = s.set_nodelay(true);
                 let r = match proto {
                     Protocol::Redis => redis_conn(&mut s, &h, limits, &st),

@@ -17,10 +17,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use waverunner_client::{Client, Options};
+use waverunner_kvserver::start_kv;
 use waverunner_node::admin::{self, AdminAnswer, MembershipRequest};
 use waverunner_node::config::{DurabilityMode, NodeConfig, Peer};
 use waverunner_node::metrics::Status;
-use waverunner_node::{start_kv, Running};
+use waverunner_node::Running;
 
 const TICK_MS: u64 = 10;
 const ELECTION_TICKS: u32 = 10;

@@ -1,4 +1,4 @@
-//! The native UDP client protocol (`waverunner_client::proto`): one datagram per request and
+//! The native UDP client protocol (`waverunner_kv::native`): one datagram per request and
 //! per reply. Invalid datagrams are counted and dropped (a reply to a forged source would be
 //! a reflection vector).
 
@@ -6,13 +6,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use waverunner_client::proto::{self, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 use waverunner_kv::codec::{decode_response, encode_op};
+use waverunner_kv::native::{self as proto, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 use waverunner_kv::Response;
 
-use crate::replica::{ClientError, Handle};
-use crate::sm::Envelope;
-use crate::stop::Stop;
+use waverunner_node::replica::{ClientError, Handle};
+use waverunner_node::sm::Envelope;
+use waverunner_node::stop::Stop;
 
 /// The native front-end: decodes request datagrams, submits them, and answers from the
 /// fast-path socket.

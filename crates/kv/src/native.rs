@@ -1,32 +1,23 @@
-//! The native client protocol: UDP datagrams in the fast-path wire format (DESIGN §2;
-//! `docs/interfaces.md` §1). A request is a `CLIENT_REQUEST` header (`from` = client session
-//! id, `seq` = sequence number) whose payload is the log entry it becomes (`docs/dataplane.md`):
-//! an entry envelope `tag 1 | origin u64 | req u64 | client u64 | seq u64 | now_ms u64 |
-//! len u32 | encoded [`Op`]`, all little-endian, with origin, req and now_ms 0 (the leader
-//! stamps now_ms); a reply is a `CLIENT_REPLY`
-//! header (same `seq`, `from` = replying replica) whose payload is
-//! `status u8 | leader u64 | body`, the body an encoded [`Response`] (status OK) or a UTF-8
-//! message.
+//! The key-value service's native client protocol: UDP datagrams in the fast-path wire format
+//! (DESIGN §2; `docs/interfaces.md` §1), spoken by the native client (`waverunner-client`) and
+//! the replica's native front-end. A request is a `CLIENT_REQUEST` header (`from` = client
+//! session id, `seq` = sequence number) whose payload is the log entry it becomes: an entry
+//! envelope ([`waverunner_fastpath::payload::Envelope`], the one owner of its layout) around an
+//! encoded [`Op`], with origin, req and now_ms 0 (the leader stamps now_ms); a reply is a
+//! `CLIENT_REPLY` header (same `seq`, `from` = replying replica) whose payload is a
+//! [`ClientReply`]: status, leader, and an encoded [`Response`] (status OK) or a UTF-8 message.
 
 use waverunner_fastpath as fp;
-use waverunner_kv::codec::{decode_op, decode_response, encode_op, encode_response};
-use waverunner_kv::{Op, Response};
+use waverunner_fastpath::payload::{reply_payload, ClientReply, Envelope};
+pub use waverunner_fastpath::payload::{STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 
-/// Group id of the key-value service on the wire.
-pub const GROUP: u64 = 1;
+use crate::codec::{decode_op, decode_response, encode_op, encode_response};
+use crate::{Op, Response};
+
+/// Group id of the key-value service on the wire (the fast path's).
+pub const GROUP: u64 = fp::GROUP as u64;
 /// Bytes of payload one datagram carries at most.
 pub const MAX_PAYLOAD: usize = fp::MAX_PAYLOAD as usize;
-/// Bytes in front of the body of a reply payload.
-const REPLY_PREFIX: usize = 9;
-
-/// Reply status: applied; the body is the result.
-pub const STATUS_OK: u8 = 0;
-/// Reply status: refused as invalid and never applied; the body says why.
-pub const STATUS_ERROR: u8 = 1;
-/// Reply status: not applied now (no leader, busy, stale); retrying is safe.
-pub const STATUS_RETRY: u8 = 2;
-/// Reply status: timed out inside the cluster; it may or may not have been applied.
-pub const STATUS_UNKNOWN: u8 = 3;
 
 /// Why a datagram is not a valid request or reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,30 +46,13 @@ pub struct Request {
     pub req: u64,
 }
 
-/// First byte of an entry envelope.
-pub const ENVELOPE_TAG: u8 = 1;
-/// Bytes of an envelope before the command.
-pub const ENVELOPE_PREFIX: usize = 45;
-
-/// The payload of a `CLIENT_REQUEST`: an entry envelope around an encoded command.
-pub fn envelope_payload(origin: u64, req: u64, client: u64, seq: u64, command: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(ENVELOPE_PREFIX + command.len());
-    p.push(ENVELOPE_TAG);
-    for v in [origin, req, client, seq, 0] {
-        p.extend_from_slice(&v.to_le_bytes());
-    }
-    p.extend_from_slice(&(command.len() as u32).to_le_bytes());
-    p.extend_from_slice(command);
-    p
-}
-
 /// Whether the reply to `op` does not depend on the state (an unconditional store whose
 /// answer is always OK): the data plane may answer it itself once it commits.
 pub fn is_blind_write(op: &Op) -> bool {
     matches!(
         op,
         Op::Set {
-            cond: waverunner_kv::Cond::Always,
+            cond: crate::Cond::Always,
             get_old: false,
             ..
         } | Op::MSet { .. }
@@ -89,7 +63,15 @@ pub fn is_blind_write(op: &Op) -> bool {
 pub fn encode_request(client: u64, seq: u64, op: &Op) -> Result<Vec<u8>, ProtoError> {
     let mut command = Vec::new();
     encode_op(op, &mut command);
-    let payload = envelope_payload(0, 0, client, seq, &command);
+    let payload = Envelope {
+        origin: 0,
+        req: 0,
+        client,
+        seq,
+        now_ms: 0,
+        command,
+    }
+    .encode();
     if payload.len() > MAX_PAYLOAD {
         return Err(ProtoError(format!(
             "request of {} bytes does not fit a datagram ({MAX_PAYLOAD} bytes at most); use RESP or memcached for large values",
@@ -124,26 +106,17 @@ pub fn decode_request(pkt: &[u8]) -> Result<Request, ProtoError> {
         )));
     }
     let bad = |m: &str| ProtoError(format!("bad request envelope: {m}"));
-    if payload.len() < ENVELOPE_PREFIX || payload[0] != ENVELOPE_TAG {
-        return Err(bad("too short or wrong tag"));
-    }
-    let u64_at = |o: usize| u64::from_le_bytes(payload[o..o + 8].try_into().expect("8 bytes"));
-    let (origin, req, client, seq) = (u64_at(1), u64_at(9), u64_at(17), u64_at(25));
-    let len = u32::from_le_bytes(payload[41..45].try_into().expect("4 bytes")) as usize;
-    if len != payload.len() - ENVELOPE_PREFIX {
-        return Err(bad("command length does not match the datagram"));
-    }
-    if client != h.from || seq != h.seq {
+    let env = Envelope::decode(payload, MAX_PAYLOAD).map_err(|e| bad(&e.to_string()))?;
+    if env.client != h.from || env.seq != h.seq {
         return Err(bad("session in the envelope differs from the header"));
     }
-    let op = decode_op(&payload[ENVELOPE_PREFIX..])
-        .map_err(|e| ProtoError(format!("bad operation: {e}")))?;
+    let op = decode_op(&env.command).map_err(|e| ProtoError(format!("bad operation: {e}")))?;
     Ok(Request {
-        client,
-        seq,
+        client: env.client,
+        seq: env.seq,
         op,
-        origin,
-        req,
+        origin: env.origin,
+        req: env.req,
     })
 }
 
@@ -170,18 +143,15 @@ pub fn encode_reply(
     leader: u64,
     body: Result<&Response, &str>,
 ) -> Vec<u8> {
-    let mut payload = vec![status];
-    payload.extend_from_slice(&leader.to_le_bytes());
-    match body {
-        Ok(r) => encode_response(r, &mut payload),
-        Err(m) => payload.extend_from_slice(m.as_bytes()),
-    }
-    if payload.len() > MAX_PAYLOAD {
-        let m = "result too large for a datagram; use RESP or memcached for large values";
-        payload.truncate(REPLY_PREFIX);
-        payload[0] = STATUS_ERROR;
-        payload.extend_from_slice(m.as_bytes());
-    }
+    let mut encoded = Vec::new();
+    let body: &[u8] = match body {
+        Ok(r) => {
+            encode_response(r, &mut encoded);
+            &encoded
+        }
+        Err(m) => m.as_bytes(),
+    };
+    let payload = reply_payload(status, leader, body);
     let hdr = fp::Header {
         kind: fp::CLIENT_REPLY,
         from,
@@ -198,16 +168,15 @@ pub fn encode_reply(
 pub fn decode_reply(pkt: &[u8]) -> Result<Reply, ProtoError> {
     let (h, p) =
         fp::Header::decode(pkt).map_err(|e| ProtoError(format!("bad header: {}", e.name())))?;
-    if h.kind != fp::CLIENT_REPLY || p.len() < REPLY_PREFIX {
-        return Err(ProtoError("not a client reply".into()));
-    }
-    let status = p[0];
-    let leader = u64::from_le_bytes(p[1..9].try_into().expect("8 bytes"));
+    let r = match ClientReply::decode(p) {
+        Ok(r) if h.kind == fp::CLIENT_REPLY => r,
+        _ => return Err(ProtoError("not a client reply".into())),
+    };
+    let (status, leader) = (r.status, r.leader);
     let body = if status == STATUS_OK {
-        Ok(decode_response(&p[REPLY_PREFIX..])
-            .map_err(|e| ProtoError(format!("bad result: {e}")))?)
+        Ok(decode_response(r.body).map_err(|e| ProtoError(format!("bad result: {e}")))?)
     } else {
-        Err(String::from_utf8_lossy(&p[REPLY_PREFIX..]).into_owned())
+        Err(String::from_utf8_lossy(r.body).into_owned())
     };
     Ok(Reply {
         seq: h.seq,
@@ -253,8 +222,8 @@ mod tests {
             key: b"k".to_vec(),
             value: vec![0; 2_000],
             flags: 0,
-            expiry: waverunner_kv::Expiry::None,
-            cond: waverunner_kv::Cond::Always,
+            expiry: crate::Expiry::None,
+            cond: crate::Cond::Always,
             get_old: false,
         };
         assert!(encode_request(1, 1, &op).is_err());
@@ -284,7 +253,7 @@ mod envelope_tests {
             key: b"k".to_vec(),
             value: b"v".to_vec(),
             flags: 0,
-            expiry: waverunner_kv::Expiry::None,
+            expiry: crate::Expiry::None,
             cond,
             get_old,
         };
@@ -294,12 +263,9 @@ mod envelope_tests {
                 .0
                 .flags
         };
-        assert_eq!(
-            flags(&set(waverunner_kv::Cond::Always, false)),
-            fp::F_BLIND_WRITE
-        );
-        assert_eq!(flags(&set(waverunner_kv::Cond::IfAbsent, false)), 0);
-        assert_eq!(flags(&set(waverunner_kv::Cond::Always, true)), 0);
+        assert_eq!(flags(&set(crate::Cond::Always, false)), fp::F_BLIND_WRITE);
+        assert_eq!(flags(&set(crate::Cond::IfAbsent, false)), 0);
+        assert_eq!(flags(&set(crate::Cond::Always, true)), 0);
         assert_eq!(
             flags(&Op::IncrBy {
                 key: b"k".to_vec(),

@@ -1,0 +1,103 @@
+//! # waverunner-kvserver
+//!
+//! The key-value server: an application of the replication library (`waverunner-node`) that
+//! replicates the key-value store (`waverunner-kv`, [`KvMachine`]) and serves it to native
+//! UDP, Redis RESP and memcached text clients ([`frontend`]).
+
+#![warn(missing_docs)]
+
+pub mod frontend;
+pub mod kvsm;
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::{Arc, OnceLock};
+
+pub use kvsm::KvMachine;
+use waverunner_node::config::{DataPlaneKind, NodeConfig};
+use waverunner_node::{start_replica_with, FastClients, Running, StartError};
+
+fn bind_tcp(what: &str, a: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(a).map_err(|e| {
+        StartError(format!(
+            "cannot listen for {what} on {a}: {e} (is another replica running there?)"
+        ))
+    })
+}
+
+/// Starts a key-value replica with its client front-ends (native UDP, RESP, memcached).
+pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
+    cfg.validate().map_err(|e| StartError(e.to_string()))?;
+    // Without a data plane the native front-end owns the client port; with one, the data
+    // plane does and passes client requests it does not order itself to the front-end.
+    let udp = if cfg.dataplane == DataPlaneKind::Off {
+        Some(UdpSocket::bind(cfg.listen.client).map_err(|e| {
+            StartError(format!(
+                "cannot listen for clients on udp {}: {e}",
+                cfg.listen.client
+            ))
+        })?)
+    } else {
+        None
+    };
+    let redis = cfg
+        .listen
+        .redis
+        .map(|a| bind_tcp("Redis clients", a))
+        .transpose()?;
+    let memcache = cfg
+        .listen
+        .memcache
+        .map(|a| bind_tcp("memcached clients", a))
+        .transpose()?;
+    let native: Arc<OnceLock<frontend::native::Native>> = Arc::new(OnceLock::new());
+    let cell = native.clone();
+    let requests: waverunner_dataplane::PacketFn = Arc::new(move |src: SocketAddr, pkt: &[u8]| {
+        if let Some(n) = cell.get() {
+            n.on_datagram(pkt, src);
+        }
+    });
+    let mut ok = Vec::new();
+    waverunner_kv::codec::encode_response(&waverunner_kv::Response::Ok, &mut ok);
+    let clients = FastClients {
+        blind_reply_body: ok,
+        requests: Some(requests),
+    };
+    let (running, dp_socket) = start_replica_with(cfg.clone(), KvMachine::default(), clients)?;
+    if let Some(sock) = dp_socket {
+        let _ = native.set(frontend::native::Native::new(
+            Arc::new(sock),
+            running.handle.clone(),
+            cfg.id,
+        ));
+    }
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .map(|_| ())
+            .map_err(|e| StartError(format!("cannot start the {name} thread: {e}")))
+    };
+    if let Some(udp) = udp {
+        let (h, s, id) = (running.handle.clone(), running.stop_flag(), cfg.id);
+        spawn(
+            "native",
+            Box::new(move || frontend::native::serve(udp, h, id, s)),
+        )?;
+    }
+    let limits = frontend::Limits::from_config(&cfg);
+    if let Some(l) = redis {
+        let (h, s) = (running.handle.clone(), running.stop_flag());
+        spawn(
+            "redis",
+            Box::new(move || frontend::serve_tcp(l, h, s, limits, frontend::Protocol::Redis)),
+        )?;
+    }
+    if let Some(l) = memcache {
+        let (h, s) = (running.handle.clone(), running.stop_flag());
+        spawn(
+            "memcache",
+            Box::new(move || frontend::serve_tcp(l, h, s, limits, frontend::Protocol::Memcache)),
+        )?;
+    }
+    Ok(running)
+}
