@@ -1,0 +1,134 @@
+//! Replies: a store [`Response`] rendered as Redis renders it.
+
+use super::*;
+
+pub(super) const NIL: &[u8] = b"$-1\r\n";
+
+pub(super) fn bulk(out: &mut Vec<u8>, data: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(data.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+pub(super) fn bulk_reply(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 16);
+    bulk(&mut out, data);
+    out
+}
+
+pub(super) fn int(out: &mut Vec<u8>, n: i64) {
+    out.push(b':');
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+pub(super) fn array(out: &mut Vec<u8>, n: usize) {
+    out.push(b'*');
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn item_or_nil(out: &mut Vec<u8>, item: Option<&Item>) {
+    match item {
+        Some(item) => bulk(out, &item.value),
+        None => out.extend_from_slice(NIL),
+    }
+}
+
+/// `-ERR msg\r\n`, with CR and LF in `msg` turned into spaces as Redis does.
+pub(super) fn error(msg: &str) -> Vec<u8> {
+    error_bytes(b"ERR", msg.as_bytes())
+}
+
+pub(super) fn error_bytes(code: &[u8], msg: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(code.len() + msg.len() + 4);
+    out.push(b'-');
+    out.extend_from_slice(code);
+    out.push(b' ');
+    out.extend(
+        msg.iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// The reply to a command from the store's response; see [`Render`] for each command's shape.
+/// `Response::Error(msg)` gives `-ERR msg`.
+pub fn render(render: &Render, resp: &Response) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Response::Error(msg) = resp {
+        return error(msg);
+    }
+    match (render, resp) {
+        (Render::Ok | Render::Set, Response::Ok) => out.extend_from_slice(b"+OK\r\n"),
+        (Render::Set, Response::NotStored) => out.extend_from_slice(NIL),
+        (Render::Bulk, Response::Items(items)) => {
+            item_or_nil(&mut out, items.first().and_then(Option::as_ref))
+        }
+        (Render::Bulk, Response::NotStored | Response::NotFound) => out.extend_from_slice(NIL),
+        (Render::Bulks, Response::Items(items)) => {
+            array(&mut out, items.len());
+            for item in items {
+                item_or_nil(&mut out, item.as_ref());
+            }
+        }
+        (Render::Int, Response::Int(n)) => int(&mut out, *n),
+        (Render::Int, Response::UInt(n)) => int(&mut out, i64::try_from(*n).unwrap_or(i64::MAX)),
+        (Render::Bool, Response::Ok) => int(&mut out, 1),
+        (Render::Bool, Response::NotStored | Response::NotFound) => int(&mut out, 0),
+        (Render::Bool, Response::Int(n)) => int(&mut out, i64::from(*n > 0)),
+        (Render::TtlSeconds, Response::Int(ms)) => int(
+            &mut out,
+            if *ms < 0 {
+                *ms
+            } else {
+                ms.saturating_add(500) / 1000
+            },
+        ),
+        (Render::TtlMillis, Response::Int(ms)) => int(&mut out, *ms),
+        (Render::TtlSeconds | Render::TtlMillis, Response::NotFound) => int(&mut out, -2),
+        (Render::Keys, Response::Keys(keys)) => {
+            array(&mut out, keys.len());
+            for k in keys {
+                bulk(&mut out, k);
+            }
+        }
+        (Render::Scan, Response::ScanPage { next, keys }) => {
+            array(&mut out, 2);
+            bulk(&mut out, &encode_cursor(next));
+            array(&mut out, keys.len());
+            for k in keys {
+                bulk(&mut out, k);
+            }
+        }
+        (Render::Type, Response::Int(n)) => {
+            out.extend_from_slice(if *n > 0 { b"+string\r\n" } else { b"+none\r\n" })
+        }
+        _ => return error("internal error: unexpected response from the store"),
+    }
+    out
+}
+
+/// The reply to `INFO`: a bulk string of `# Server`, `redis_version:7.0.0`, then a
+/// `name:value` line per field. A field whose name starts with `#` starts a new section: an
+/// empty line, then the name alone (`("# Keyspace", _)` → `\r\n# Keyspace`). CR and LF in
+/// names and values become spaces.
+pub fn render_info(fields: &[(&str, String)]) -> Vec<u8> {
+    let mut text = format!("# Server\r\nredis_version:{REDIS_VERSION}\r\n");
+    let clean = |s: &str| s.replace(['\r', '\n'], " ");
+    for (name, value) in fields {
+        if name.starts_with('#') {
+            text.push_str("\r\n");
+            text.push_str(&clean(name));
+        } else {
+            text.push_str(&clean(name));
+            text.push(':');
+            text.push_str(&clean(value));
+        }
+        text.push_str("\r\n");
+    }
+    bulk_reply(text.as_bytes())
+}
