@@ -10,11 +10,14 @@
 //!   data plane passed up, held and reordered appends, retransmission, deferred acks.
 //! - [`ready`]: a ready batch of the Raft core, in the order that makes it safe (persist,
 //!   sync, send, apply, reads), over the replica's storage, network and state machine.
+//! - [`ticks`]: the ticks a stalled replica missed, replayed in step with the frames that
+//!   arrived meanwhile.
 
 #![deny(missing_docs)]
 
 pub mod dataplane;
 pub mod ready;
+pub mod ticks;
 
 /// The time of an event: how long after the caller's fixed origin it happened. The node uses
 /// the time since the replica started; the simulator its simulated clock.

@@ -28,6 +28,7 @@ use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
+use waverunner_host::ticks::Replay;
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
 pub const EVENT_QUEUE: usize = 65_536;
@@ -737,17 +738,16 @@ impl<S: StateMachine> Replica<S> {
         rx: &Receiver<Event>,
         backlog: &mut VecDeque<Event>,
     ) -> Result<(), Fatal> {
+        let epoch = self.epoch;
+        let at = |t: Instant| t.saturating_duration_since(epoch);
         let now = Instant::now();
-        if now < *next_tick {
-            return Ok(());
-        }
         // Every tick that elapsed counts, also those missed while the process was stopped or
-        // starved: a leader's lease and a follower's election timer follow real time, so a
-        // paused leader's lease has expired before it serves again.
-        let missed = (now - *next_tick).as_nanos() / tick.as_nanos().max(1);
-        // Two election timeouts expire every timer; more would only repeat heartbeats.
-        let cap = 2 * u64::from(self.cfg.election_ticks) + 1;
-        let ticks = (missed as u64 + 1).min(cap);
+        // starved (`waverunner_host::ticks`: capped at two election timeouts).
+        let Some((mut replay, missed, next)) =
+            Replay::due(at(*next_tick), at(now), tick, self.cfg.election_ticks)
+        else {
+            return Ok(());
+        };
         // Appends the data plane took while this loop was starved are on the ring: feed them
         // first, so a follower's election timer counts from the last one it really got rather
         // than from before the stall.
@@ -756,12 +756,8 @@ impl<S: StateMachine> Replica<S> {
         }
         // A stall (this loop applied a large value, the machine was busy, the process was
         // stopped): the ticks it missed are replayed in step with what peers sent meanwhile,
-        // each frame after the ticks that passed before it arrived. A follower whose leader's
-        // heartbeats waited in the queue then does not campaign because of its own stall, and
-        // a leader whose followers' answers waited does not step down; a frame that really
-        // came late still comes after the ticks it missed. Other events keep their order and
-        // come after all the ticks (a read never sees the clock of before the stall).
-        let mut replayed = 0;
+        // each frame after the ticks that passed before it arrived (its kernel receive time).
+        // Other events keep their order and come after all the ticks.
         if missed >= 10 {
             tracing::info!(
                 "node {}: the loop missed {missed} ticks (role {:?})",
@@ -770,16 +766,13 @@ impl<S: StateMachine> Replica<S> {
             );
         }
         if missed > 0 {
-            let mut due = *next_tick;
             while backlog.len() < EVENT_QUEUE {
                 match rx.try_recv() {
-                    Ok(Event::Peer(from, f, at)) => {
-                        while replayed + 1 < ticks && due <= at {
+                    Ok(Event::Peer(from, f, arrived)) => {
+                        for _ in 0..replay.before(at(arrived)) {
                             self.raft.tick();
-                            replayed += 1;
-                            due += tick;
                         }
-                        self.heard.insert(from, at);
+                        self.heard.insert(from, arrived);
                         self.on_frame(from, f);
                     }
                     Ok(ev) => backlog.push_back(ev),
@@ -787,16 +780,13 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
-        self.on_tick(ticks - replayed);
+        self.on_tick(replay.rest());
         let ka = &self.keepalive;
         ka.last_tick_ms.store(ka.now_ms(), Ordering::Relaxed);
         // A leader's heartbeats (none while an enabled data plane carries them), a follower's
         // liveness-only answer.
         *ka.msgs.lock().expect("keepalive") = self.raft.keepalive_messages();
-        *next_tick += tick * (missed as u32).saturating_add(1);
-        if *next_tick <= now {
-            *next_tick = now + tick;
-        }
+        *next_tick = self.epoch + next;
         // What the tick produced (heartbeats, a campaign's vote requests) goes out now, not
         // when the next event or tick wakes this loop. Left for the next wake-up, an idle
         // replica's vote requests waited a tick, and two survivors of a crashed leader woke

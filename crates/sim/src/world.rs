@@ -17,6 +17,7 @@ use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
 use crate::rng::Rng;
 use waverunner_host::dataplane::{DataPlaneHost, HostStats};
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
+use waverunner_host::ticks::Replay;
 
 /// One simulated millisecond: the Raft tick.
 pub const TICK_US: u64 = 1_000;
@@ -25,6 +26,9 @@ const CLIENT_ID: u64 = 1 << 40;
 /// Host calls in a row one event may cause through the data plane (a push the handler passes
 /// up to the host, which pushes again, ...): beyond it the world reports a loop.
 const MAX_PLANE_ROUNDS: usize = 10_000;
+/// Raft messages a paused replica's sockets hold at most (more are lost, as from a full
+/// socket buffer).
+const MAX_STALLED: usize = 4_096;
 
 /// What survives a crash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,6 +249,9 @@ struct Node {
     paused: bool,
     /// When the pause began (simulated µs).
     paused_at: u64,
+    /// Raft messages that arrived while paused, with when (they wait in its sockets, bounded
+    /// by [`MAX_STALLED`]); replayed in step with the missed ticks when it resumes.
+    stalled: Vec<(u64, Message)>,
     removed: bool,
     /// Writes this node took from clients into its software log.
     requests: HashSet<u64>,
@@ -436,6 +443,7 @@ impl World {
             incarnation: 1,
             paused: false,
             paused_at: 0,
+            stalled: Vec::new(),
             removed: false,
             requests: HashSet::new(),
             poll_pending: false,
@@ -622,28 +630,42 @@ impl World {
         let Some(n) = self.nodes.get_mut(&to) else {
             return;
         };
-        if n.raft.is_none() || n.paused || self.blocked.contains(&(from, to)) {
+        if n.raft.is_none() || self.blocked.contains(&(from, to)) {
+            return;
+        }
+        if n.paused {
+            // A stopped process reads nothing: its Raft messages wait in its sockets.
+            if let Packet::Raft(m) = pkt {
+                if n.stalled.len() < MAX_STALLED {
+                    n.stalled.push((self.now, m));
+                }
+            }
             return;
         }
         match pkt {
             Packet::Raft(m) => {
-                let raft = n.raft.as_mut().unwrap();
-                let piece = matches!(m.body, MessageBody::InstallSnapshot { .. });
-                let counts = |r: &Raft| {
-                    let c = r.counters();
-                    (c.snapshot_chunks_dropped, c.snapshot_transfers_abandoned)
-                };
-                let before = counts(raft);
-                // Malformed or stale messages are refused with an error: never a crash.
-                let _ = raft.step(m);
-                let after = counts(raft);
-                self.stats.snapshot_pieces += u64::from(piece);
-                self.stats.snapshot_pieces_dropped += after.0 - before.0;
-                self.stats.snapshot_transfers_abandoned += after.1 - before.1;
+                self.step_message(to, m);
                 self.drive(to);
             }
             Packet::Fast(hdr, payload) => self.fast_ingress(to, from, hdr, payload),
         }
+    }
+
+    /// Steps a Raft message into `to`'s core.
+    fn step_message(&mut self, to: NodeId, m: Message) {
+        let raft = self.raft_mut(to);
+        let piece = matches!(m.body, MessageBody::InstallSnapshot { .. });
+        let counts = |r: &Raft| {
+            let c = r.counters();
+            (c.snapshot_chunks_dropped, c.snapshot_transfers_abandoned)
+        };
+        let before = counts(raft);
+        // Malformed or stale messages are refused with an error: never a crash.
+        let _ = raft.step(m);
+        let after = counts(raft);
+        self.stats.snapshot_pieces += u64::from(piece);
+        self.stats.snapshot_pieces_dropped += after.0 - before.0;
+        self.stats.snapshot_transfers_abandoned += after.1 - before.1;
     }
 
     // ------------------------------------------------------------ data plane
@@ -954,27 +976,43 @@ impl World {
         })
     }
 
-    /// A paused replica runs again. Like the replica loop, it counts the ticks it missed
-    /// (capped at two election timeouts) before anything else: a leader's lease and a
-    /// follower's election timer follow real time.
+    /// A paused replica runs again. As the replica loop does (`waverunner_host::ticks`), it
+    /// counts the ticks it missed (capped at two election timeouts), each message that waited
+    /// in its sockets after the ticks that passed before it arrived: a leader's lease and a
+    /// follower's election timer follow real time, but a heartbeat that came during the pause
+    /// is not taken for one that never came.
     fn resume(&mut self, id: NodeId) {
         let now = self.now;
-        let cap = 2 * u64::from(self.config(id).election_tick) + 1;
+        let cap = waverunner_host::ticks::tick_cap(self.config(id).election_tick);
         let n = self.nodes.get_mut(&id).unwrap();
         if !n.paused {
             return;
         }
         n.paused = false;
+        let stalled = std::mem::take(&mut n.stalled);
         let missed = (now - n.paused_at) / TICK_US;
         if self.opts.trace {
-            eprintln!("{now:>9}us node {id} resumes after {missed} ticks");
+            eprintln!(
+                "{now:>9}us node {id} resumes after {missed} ticks, {} messages waiting",
+                stalled.len()
+            );
         }
-        if let Some(raft) = n.raft.as_mut() {
-            for _ in 0..missed.min(cap) {
-                raft.tick();
+        if n.raft.is_none() {
+            return;
+        }
+        let first_due = Duration::from_micros(n.paused_at + TICK_US);
+        let tick = Duration::from_micros(TICK_US);
+        let mut replay = Replay::new(missed, first_due, tick, cap);
+        for (at, m) in stalled {
+            for _ in 0..replay.before(Duration::from_micros(at)) {
+                self.raft_mut(id).tick();
             }
-            self.drive(id);
+            self.step_message(id, m);
         }
+        for _ in 0..replay.rest() {
+            self.raft_mut(id).tick();
+        }
+        self.drive(id);
     }
 
     fn crash(&mut self, id: NodeId) {
@@ -989,6 +1027,7 @@ impl World {
         let old = std::mem::replace(&mut n.host, fresh);
         n.incarnation += 1;
         n.paused = false;
+        n.stalled.clear();
         n.requests.clear();
         n.poll_pending = false;
         n.sm = Sm::default();
@@ -1286,6 +1325,7 @@ impl World {
                     // Removed and committed: stop it for good, then add a fresh replica.
                     if let Some(n) = self.nodes.get_mut(&v) {
                         n.raft = None;
+                        n.stalled.clear();
                         n.removed = true;
                         n.incarnation += 1;
                     }
