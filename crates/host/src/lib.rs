@@ -10,12 +10,14 @@
 //!   data plane passed up, held and reordered appends, retransmission, deferred acks.
 //! - [`ready`]: a ready batch of the Raft core, in the order that makes it safe (persist,
 //!   sync, send, apply, reads), over the replica's storage, network and state machine.
+//! - [`reads`]: reads given a read index, served once the state machine applied it.
 //! - [`ticks`]: the ticks a stalled replica missed, replayed in step with the frames that
 //!   arrived meanwhile.
 
 #![deny(missing_docs)]
 
 pub mod dataplane;
+pub mod reads;
 pub mod ready;
 pub mod ticks;
 

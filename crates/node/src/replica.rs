@@ -3,7 +3,7 @@
 //! (membership changes, leader transfer) — then acts on the core's ready batches (persist,
 //! send, apply, answer). Nothing else touches Raft state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -27,6 +27,7 @@ use crate::sm::{
 use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
+use waverunner_host::reads::ReadQueue;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::ticks::Replay;
 
@@ -503,7 +504,7 @@ pub struct Replica<S: StateMachine> {
     /// that carried the refusal (bounded by the requests in flight).
     refused_reads: Vec<u64>,
     /// Reads answered by ReadIndex, waiting for the applied index: (index, request id).
-    reads_waiting: BTreeSet<(u64, u64)>,
+    reads_waiting: ReadQueue,
     counters: Counters,
     write_latency: Histogram,
     read_latency: Histogram,
@@ -628,7 +629,7 @@ impl<S: StateMachine> Replica<S> {
             requests: HashMap::new(),
             retry: Vec::new(),
             refused_reads: Vec::new(),
-            reads_waiting: BTreeSet::new(),
+            reads_waiting: ReadQueue::default(),
             counters: Counters::default(),
             write_latency: Histogram::default(),
             read_latency: Histogram::default(),
@@ -1303,9 +1304,9 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
-        self.reads_waiting.retain(|(_, id)| {
+        self.reads_waiting.retain(|id| {
             self.requests
-                .get(id)
+                .get(&id)
                 .is_some_and(|r| r.stage == Stage::Reading)
         });
         for id in std::mem::take(&mut self.retry) {
@@ -1531,11 +1532,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn serve_reads(&mut self) {
-        while let Some(&(index, id)) = self.reads_waiting.first() {
-            if index > self.state.applied {
-                break;
-            }
-            self.reads_waiting.pop_first();
+        for id in self.reads_waiting.ready(self.state.applied) {
             let Some(r) = self.requests.get(&id) else {
                 continue;
             };
@@ -2026,7 +2023,7 @@ impl<S: StateMachine> ReadyIo for Replica<S> {
         // it), and one sent to a former leader goes unanswered: route those reads again
         // rather than leave them to their deadline. Reads already given an index only
         // wait for the apply. A read is safe to send twice.
-        let waiting: HashSet<u64> = self.reads_waiting.iter().map(|&(_, id)| id).collect();
+        let waiting: HashSet<u64> = self.reads_waiting.ids().collect();
         for (id, r) in self.requests.iter_mut() {
             if r.stage == Stage::Reading && !waiting.contains(id) {
                 r.stage = Stage::Routing;
@@ -2114,7 +2111,7 @@ impl<S: StateMachine> ReadyIo for Replica<S> {
                 .get(&id)
                 .is_some_and(|r| r.stage == Stage::Reading)
             {
-                self.reads_waiting.insert((rs.index, id));
+                self.reads_waiting.wait(rs.index, id);
             }
         }
     }

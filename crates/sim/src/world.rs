@@ -16,6 +16,7 @@ use crate::checker::{entry_hash, Checker};
 use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
 use crate::rng::Rng;
 use waverunner_host::dataplane::{DataPlaneHost, HostStats};
+use waverunner_host::reads::ReadQueue;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::ticks::Replay;
 
@@ -109,6 +110,8 @@ pub struct Stats {
     pub reads_sent: u64,
     /// Reads given a read index, each checked against the writes acknowledged before it.
     pub reads_checked: u64,
+    /// Of those, reads served once their replica applied the read index.
+    pub reads_served: u64,
     /// ReadIndex requests the leader (or a non-leader) refused.
     pub reads_refused: u64,
     /// Keepalive messages paused (busy) replicas' hosts sent for them.
@@ -258,6 +261,8 @@ struct Node {
     poll_pending: bool,
     /// What the host's ready handling remembers between batches (per incarnation).
     ready_st: ReadyState,
+    /// Reads given a read index, waiting for the apply (the host's queue, as the node's).
+    read_queue: ReadQueue,
     compact_every: u64,
 }
 
@@ -302,6 +307,8 @@ pub struct World {
     next_write: u64,
     /// Reads in flight: read id → (node, incarnation, the read floor when it began).
     reads: HashMap<u64, (NodeId, u64, Index)>,
+    /// Reads given a read index, waiting in their replica's queue: read id → the read floor.
+    serving: HashMap<u64, Index>,
     next_read: u64,
     membership: MembershipOp,
     membership_since: u64,
@@ -340,6 +347,7 @@ impl World {
             keepalive: false,
             next_write: 1,
             reads: HashMap::new(),
+            serving: HashMap::new(),
             next_read: 1,
             membership: MembershipOp::Idle,
             membership_since: 0,
@@ -448,6 +456,7 @@ impl World {
             requests: HashSet::new(),
             poll_pending: false,
             ready_st: ReadyState::default(),
+            read_queue: ReadQueue::default(),
             compact_every,
         };
         for n in self.nodes.values_mut() {
@@ -808,6 +817,7 @@ impl World {
                 checker: &mut self.checker,
                 stats: &mut self.stats,
                 reads: &mut self.reads,
+                serving: &mut self.serving,
                 out: Vec::new(),
                 elected: None,
             };
@@ -823,6 +833,24 @@ impl World {
             }
             let raft = n.raft.as_mut().expect("live node");
             raft.advance();
+            // Reads the apply made servable: their state holds every write acknowledged
+            // before they began.
+            for r in n.read_queue.ready(n.sm.applied) {
+                let Some(floor) = self.serving.remove(&r) else {
+                    continue;
+                };
+                self.stats.reads_served += 1;
+                if n.sm.applied < floor {
+                    self.checker.report(
+                        now,
+                        format!(
+                            "stale read: read {r} at node {id} served at applied index {}, \
+                             but a write at index {floor} was acknowledged before it began",
+                            n.sm.applied
+                        ),
+                    );
+                }
+            }
 
             // Compaction, as a host would after applying.
             if n.sm.applied >= raft.first_index() + n.compact_every {
@@ -1028,6 +1056,7 @@ impl World {
         n.incarnation += 1;
         n.paused = false;
         n.stalled.clear();
+        n.read_queue.clear();
         n.requests.clear();
         n.poll_pending = false;
         n.sm = Sm::default();
@@ -1587,6 +1616,7 @@ struct SimIo<'a> {
     checker: &'a mut Checker,
     stats: &'a mut Stats,
     reads: &'a mut HashMap<u64, (NodeId, u64, Index)>,
+    serving: &'a mut HashMap<u64, Index>,
     out: Vec<Message>,
     /// The term this replica was elected leader in, during this batch.
     elected: Option<Term>,
@@ -1710,6 +1740,7 @@ impl ReadyIo for SimIo<'_> {
 
     fn reads(&mut self, refusals: Vec<Vec<u8>>, states: Vec<waverunner_raft::ReadState>) {
         let (id, now) = (self.id, self.now);
+        let mut granted = Vec::new();
         let n = &*self.node;
         let raft = n.raft.as_ref().expect("live node");
         for rs in &states {
@@ -1730,8 +1761,14 @@ impl ReadyIo for SimIo<'_> {
                     self.reads.remove(&r);
                     self.stats.reads_checked += 1;
                     self.checker.on_read_index(now, id, r, rs.index, floor);
+                    self.serving.insert(r, floor);
+                    granted.push((rs.index, r));
                 }
             }
+        }
+        // Served once the state machine applied the read index (the host's queue).
+        for (index, r) in granted {
+            self.node.read_queue.wait(index, r);
         }
         for c in &refusals {
             if let Ok(b) = <[u8; 8]>::try_from(c.as_slice()) {
