@@ -253,3 +253,52 @@ fn a_change_that_would_leave_no_voting_majority_is_refused() {
         "{{1, 2, 3, 5}} keeps 3 able voters"
     );
 }
+
+#[test]
+fn a_voter_holding_its_own_uncommitted_removal_campaigns_when_nobody_else_can_win() {
+    // Voters 1..4, 1 leads; only 4 hears of its own removal, then 1 loses its log (memory
+    // durability). 2 and 3 still count in {1, 2, 3, 4} and need a third vote: 1 is recovering
+    // and 4 refuses (its log is longer). 4 campaigns in its latest configuration {1, 2, 3},
+    // without itself, wins with 2 and 3, commits its removal and hands over.
+    let mut net = Net::new(&[1, 2, 3, 4]);
+    net.elect(1);
+    net.propose(1, b"before");
+    for o in [2, 3] {
+        net.blocked.insert((1, o));
+        net.blocked.insert((o, 1));
+    }
+    net.rm(1)
+        .propose_conf_change(ConfChange::Remove(4))
+        .unwrap();
+    net.stabilize();
+    assert_eq!(
+        net.r(4).conf_state(),
+        &conf(&[1, 2, 3]),
+        "4 has its removal"
+    );
+    assert!(
+        net.r(4).commit_index() < net.r(4).last_index(),
+        "not committed"
+    );
+    assert_eq!(net.r(2).conf_state(), &conf(&[1, 2, 3, 4]));
+    net.restart(1, true);
+    net.heal();
+    net.tick(80);
+    let l = net
+        .leader()
+        .expect("a leader although the removal's leader lost its log");
+    net.assert_one_leader_per_term();
+    assert_ne!(l, 1);
+    assert_eq!(
+        net.r(l).conf_state(),
+        &conf(&[1, 2, 3]),
+        "the removal committed"
+    );
+    assert!(net.r(l).commit_index() >= net.r(4).last_index().min(net.r(l).last_index()));
+    net.propose(l, b"after");
+    assert_eq!(
+        net.nodes[&2].applied_data(),
+        vec![b"before".to_vec(), b"after".to_vec()]
+    );
+    net.assert_logs_agree();
+}
