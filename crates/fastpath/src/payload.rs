@@ -111,6 +111,31 @@ impl Envelope {
 
     /// Decodes entry data; a command longer than `max_command` bytes is refused.
     pub fn decode(b: &[u8], max_command: usize) -> Result<Envelope, PayloadError> {
+        EnvelopeRef::parse(b, max_command).map(|e| e.to_owned())
+    }
+}
+
+/// An envelope read in place: the command borrowed from the bytes (a datagram decoded
+/// without copying its command first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnvelopeRef<'a> {
+    /// See [`Envelope::origin`].
+    pub origin: u64,
+    /// See [`Envelope::req`].
+    pub req: u64,
+    /// See [`Envelope::client`].
+    pub client: u64,
+    /// See [`Envelope::seq`].
+    pub seq: u64,
+    /// See [`Envelope::now_ms`].
+    pub now_ms: u64,
+    /// The state-machine command.
+    pub command: &'a [u8],
+}
+
+impl<'a> EnvelopeRef<'a> {
+    /// Reads entry data; a command longer than `max_command` bytes is refused.
+    pub fn parse(b: &'a [u8], max_command: usize) -> Result<EnvelopeRef<'a>, PayloadError> {
         let tag = *b.first().ok_or(PayloadError::Short)?;
         if tag != ENV_TAG {
             return Err(PayloadError::Tag(tag));
@@ -129,14 +154,26 @@ impl Envelope {
         if present > max_command {
             return Err(PayloadError::TooLong(present as u64));
         }
-        Ok(Envelope {
+        Ok(EnvelopeRef {
             origin: u64_at(b, ENV_OFF_ORIGIN),
             req: u64_at(b, ENV_OFF_REQ),
             client: u64_at(b, ENV_OFF_CLIENT),
             seq: u64_at(b, ENV_OFF_SEQ),
             now_ms: u64_at(b, ENV_OFF_NOW_MS),
-            command: b[ENV_PREFIX..].to_vec(),
+            command: &b[ENV_PREFIX..],
         })
+    }
+
+    /// The envelope with its command copied.
+    pub fn to_owned(&self) -> Envelope {
+        Envelope {
+            origin: self.origin,
+            req: self.req,
+            client: self.client,
+            seq: self.seq,
+            now_ms: self.now_ms,
+            command: self.command.to_vec(),
+        }
     }
 }
 

@@ -77,18 +77,12 @@ pub struct HostStats {
     pub reordered: u64,
     /// Fast-path REJECTs sent (appends this replica's software could not take).
     pub rejects_sent: u64,
-    /// Deferred acks sent (fsync durability).
-    pub deferred_acks: u64,
     /// Packets passed up that were not valid fast-path packets of this group.
     pub bad_packets: u64,
     /// Ring entries the core refused or that were behind the log (a bug if ever non-zero:
     /// the simulator checks it).
     pub ring_refused: u64,
 }
-
-/// A packet on the fast-path port that is not a valid fast-path packet of this group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BadPacket;
 
 /// A data plane and what its host keeps about it.
 pub struct DataPlaneHost<P: DataPlane> {
@@ -402,7 +396,8 @@ impl<P: DataPlane> DataPlaneHost<P> {
 
     /// A fast-path packet the data plane passed up (from `src`): software Raft handles it as
     /// the Raft message it is. `removed`: this replica knows it was removed from the cluster.
-    /// Client requests are the front-end's, not the host's: ignored here.
+    /// Client requests are the front-end's, not the host's: ignored here. A packet that is not
+    /// a valid fast-path packet of this group is counted (`stats.bad_packets`).
     pub fn on_packet(
         &mut self,
         raft: &mut Raft,
@@ -410,13 +405,13 @@ impl<P: DataPlane> DataPlaneHost<P> {
         pkt: &[u8],
         removed: bool,
         now: Time,
-    ) -> Result<(), BadPacket> {
+    ) {
         let decoded = fp::Header::decode(pkt)
             .ok()
             .filter(|(h, _)| h.group_id == self.group);
         let Some((h, payload)) = decoded else {
             self.stats.bad_packets += 1;
-            return Err(BadPacket);
+            return;
         };
         // Records the data plane produced before it passed this packet up come first.
         self.consume_ring(raft, now);
@@ -470,7 +465,6 @@ impl<P: DataPlane> DataPlaneHost<P> {
             fp::RETX_REQ => self.retransmit(raft, src, h.index, now),
             _ => {}
         }
-        Ok(())
     }
 
     /// Follower with the data plane on: an append the data plane passed up because it is a
@@ -672,9 +666,8 @@ impl<P: DataPlane> DataPlaneHost<P> {
         } else {
             Ok(())
         };
-        match r {
-            Ok(()) => self.stats.deferred_acks += 1,
-            Err(e) => tracing::warn!("node {}: cannot send a deferred ack: {e}", self.id),
+        if let Err(e) = r {
+            tracing::warn!("node {}: cannot send a deferred ack: {e}", self.id);
         }
     }
 
@@ -719,11 +712,6 @@ impl<P: DataPlane> DataPlaneHost<P> {
             .is_ok();
         self.stats.host_replies += u64::from(ok);
         ok
-    }
-
-    /// Records waiting in the reorder maps and appends held (for status and tests).
-    pub fn waiting(&self) -> (usize, usize) {
-        (self.reorder.len() + self.commits.len(), self.held.len())
     }
 }
 

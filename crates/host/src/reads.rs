@@ -39,11 +39,6 @@ impl ReadQueue {
         out
     }
 
-    /// Reads waiting.
-    pub fn len(&self) -> usize {
-        self.waiting.len()
-    }
-
     /// Whether no read waits.
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()

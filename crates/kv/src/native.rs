@@ -8,14 +8,12 @@
 //! [`ClientReply`]: status, leader, and an encoded [`Response`] (status OK) or a UTF-8 message.
 
 use waverunner_fastpath as fp;
-use waverunner_fastpath::payload::{reply_payload, ClientReply, Envelope};
+use waverunner_fastpath::payload::{reply_payload, ClientReply, Envelope, EnvelopeRef};
 pub use waverunner_fastpath::payload::{STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 
 use crate::codec::{decode_op, decode_response, encode_op, encode_response};
 use crate::{Op, Response};
 
-/// Group id of the key-value service on the wire (the fast path's).
-pub const GROUP: u64 = fp::GROUP as u64;
 /// Bytes of payload one datagram carries at most.
 pub const MAX_PAYLOAD: usize = fp::MAX_PAYLOAD as usize;
 
@@ -88,7 +86,7 @@ pub fn encode_request(client: u64, seq: u64, op: &Op) -> Result<Vec<u8>, ProtoEr
         from: client,
         seq,
         len: payload.len() as u16,
-        ..fp::Header::new(GROUP)
+        ..fp::Header::new(u64::from(fp::GROUP))
     };
     let mut out = Vec::with_capacity(fp::HDR_LEN + payload.len());
     hdr.encode(&payload, &mut out);
@@ -106,11 +104,11 @@ pub fn decode_request(pkt: &[u8]) -> Result<Request, ProtoError> {
         )));
     }
     let bad = |m: &str| ProtoError(format!("bad request envelope: {m}"));
-    let env = Envelope::decode(payload, MAX_PAYLOAD).map_err(|e| bad(&e.to_string()))?;
+    let env = EnvelopeRef::parse(payload, MAX_PAYLOAD).map_err(|e| bad(&e.to_string()))?;
     if env.client != h.from || env.seq != h.seq {
         return Err(bad("session in the envelope differs from the header"));
     }
-    let op = decode_op(&env.command).map_err(|e| ProtoError(format!("bad operation: {e}")))?;
+    let op = decode_op(env.command).map_err(|e| ProtoError(format!("bad operation: {e}")))?;
     Ok(Request {
         client: env.client,
         seq: env.seq,
@@ -157,7 +155,7 @@ pub fn encode_reply(
         from,
         seq,
         len: payload.len() as u16,
-        ..fp::Header::new(GROUP)
+        ..fp::Header::new(u64::from(fp::GROUP))
     };
     let mut out = Vec::with_capacity(fp::HDR_LEN + payload.len());
     hdr.encode(&payload, &mut out);

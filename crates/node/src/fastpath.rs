@@ -15,9 +15,6 @@ use waverunner_host::dataplane::DataPlaneHost;
 use crate::config::{DataPlaneKind, DurabilityMode, NodeConfig};
 use crate::replica::Event;
 
-/// Group id of the fast path on the wire.
-pub const GROUP: u32 = fp::GROUP;
-
 /// The data plane of a replica and its host side (crate `waverunner-host`).
 pub type DpHost = DataPlaneHost<Box<dyn DataPlane>>;
 
@@ -39,7 +36,7 @@ pub fn open(
     };
     let dcfg = dp::Config {
         self_id: cfg.id,
-        group_id: GROUP,
+        group_id: fp::GROUP,
         bind,
         interface: cfg.dataplane_interface.clone(),
         multicast: cfg.dataplane_multicast,
@@ -88,7 +85,7 @@ pub fn open(
     };
     let defer_acks = cfg.durability == DurabilityMode::Fsync;
     Ok((
-        DataPlaneHost::new(plane, cfg.id, GROUP, defer_acks),
+        DataPlaneHost::new(plane, cfg.id, fp::GROUP, defer_acks),
         wake_pending,
     ))
 }

@@ -19,7 +19,7 @@ use waverunner_raft::{
 use waverunner_storage::Storage;
 
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
-use crate::fastpath::{self as fpath, DpHost, SoftwareLatency};
+use crate::fastpath::{DpHost, SoftwareLatency};
 use crate::metrics::{Counters, Histogram, MemberStatus, Status};
 use crate::sm::{
     EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated, StateMachine,
@@ -1170,7 +1170,7 @@ impl<S: StateMachine> Replica<S> {
             kind: fp::CLIENT_REQUEST,
             from: r.client,
             seq: r.seq,
-            ..fp::Header::new(u64::from(fpath::GROUP))
+            ..fp::Header::new(u64::from(fp::GROUP))
         };
         if d.plane
             .send_to(
@@ -1851,7 +1851,7 @@ impl<S: StateMachine> Replica<S> {
         let removed = self.state.removed.contains(&self.cfg.id);
         let Some(d) = self.dp.as_mut() else { return };
         self.dp_wake.store(false, Ordering::Release);
-        let _ = d.on_packet(&mut self.raft, src, pkt, removed, now);
+        d.on_packet(&mut self.raft, src, pkt, removed, now);
     }
 
     /// A request forwarded by replica `env.origin` over the fast path reached this replica's

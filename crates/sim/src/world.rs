@@ -744,8 +744,7 @@ impl World {
                 }
             }
             _ => {
-                let _ = n
-                    .host
+                n.host
                     .on_packet(raft, addr_of(from).into(), pkt, n.removed, now);
             }
         }
@@ -826,11 +825,8 @@ impl World {
                 return;
             }
             let SimIo { out, elected, .. } = io;
+            self.check_ring(id);
             let n = self.nodes.get_mut(&id).unwrap();
-            if n.host.stats.ring_refused > 0 {
-                self.checker
-                    .report(now, format!("node {id}: a drained ring entry was refused"));
-            }
             let raft = n.raft.as_mut().expect("live node");
             raft.advance();
             // Reads the apply made servable: their state holds every write acknowledged
@@ -1056,6 +1052,9 @@ impl World {
         n.incarnation += 1;
         n.paused = false;
         n.stalled.clear();
+        for r in n.read_queue.ids() {
+            self.serving.remove(&r);
+        }
         n.read_queue.clear();
         n.requests.clear();
         n.poll_pending = false;
