@@ -10,6 +10,8 @@
 //!   data plane passed up, held and reordered appends, retransmission, deferred acks.
 //! - [`ready`]: a ready batch of the Raft core, in the order that makes it safe (persist,
 //!   sync, send, apply, reads), over the replica's storage, network and state machine.
+//! - [`requests`]: client requests from submission to answer: routing to the log, the
+//!   leader or ReadIndex, forwarding, NACKs, retries, deadlines.
 //! - [`reads`]: reads given a read index, served once the state machine applied it.
 //! - [`ticks`]: the ticks a stalled replica missed, replayed in step with the frames that
 //!   arrived meanwhile.
@@ -19,6 +21,7 @@
 pub mod dataplane;
 pub mod reads;
 pub mod ready;
+pub mod requests;
 pub mod ticks;
 
 /// The time of an event: how long after the caller's fixed origin it happened. The node uses

@@ -28,13 +28,21 @@ impl ReadQueue {
 
     /// Takes the reads that `applied` makes servable, in the order of their read index.
     pub fn ready(&mut self, applied: u64) -> Vec<u64> {
+        self.ready_with_index(applied)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect()
+    }
+
+    /// Takes the reads that `applied` makes servable with their read index, in its order.
+    pub fn ready_with_index(&mut self, applied: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         while let Some(&(index, id)) = self.waiting.first() {
             if index > applied {
                 break;
             }
             self.waiting.pop_first();
-            out.push(id);
+            out.push((index, id));
         }
         out
     }

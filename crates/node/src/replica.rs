@@ -3,18 +3,17 @@
 //! (membership changes, leader transfer) — then acts on the core's ready batches (persist,
 //! send, apply, answer). Nothing else touches Raft state.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use waverunner_fastpath as fp;
 use waverunner_fastpath::payload;
 use waverunner_raft::{
     Bytes, ConfChange, Config as RaftConfig, DataPlaneState, Entry, EntryKind, HardState, Message,
-    Proposal, ProposeError, Raft, ReadError, ReadMode, Ready, Role, Snapshot,
+    ProposeError, Raft, ReadMode, Ready, Role, Snapshot,
 };
 use waverunner_storage::Storage;
 
@@ -27,27 +26,15 @@ use crate::sm::{
 use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
-use waverunner_host::reads::ReadQueue;
+use waverunner_host::requests::{Cx, Effect, Requests};
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::ticks::Replay;
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
 pub const EVENT_QUEUE: usize = 65_536;
-/// With a data plane configured, a ReadIndex read unanswered after this long goes through the
-/// log instead (a leader that cannot answer refuses at once; this covers lost messages).
-const READ_FALLBACK: Duration = Duration::from_millis(100);
-
-/// Client requests in flight at one replica at most; beyond it requests are refused (busy).
-pub const MAX_IN_FLIGHT: usize = 100_000;
-
 /// How often at most a leader asks its state machine for upkeep work
 /// ([`StateMachine::housekeeping`]).
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(100);
-
-/// A large request's deadline is later by a second per this many bytes: a 64 MiB value
-/// crosses the network twice and is copied and hashed on every replica, which a busy
-/// two-core machine took over two seconds to do.
-const LARGE_REQUEST_BYTES_PER_SEC: u64 = 32 << 20;
 
 /// Drops `b` on a short-lived thread when it is large and this is its last reference: freeing
 /// a buffer of hundreds of megabytes unmaps it page by page. Bulk work: at a low priority
@@ -62,12 +49,6 @@ fn free_off_loop(b: Option<waverunner_raft::Bytes>) {
                 drop(b)
             });
     }
-}
-
-/// How long a request of `len` bytes may take before it fails (outcome unknown).
-fn request_deadline(timeout_ms: u64, len: usize) -> Duration {
-    Duration::from_millis(timeout_ms)
-        + Duration::from_millis(len as u64 * 1_000 / LARGE_REQUEST_BYTES_PER_SEC)
 }
 
 /// The most ticks an idle loop sleeps through (the status it publishes is at most this old).
@@ -85,39 +66,7 @@ const LOG_SHARE: u64 = 16;
 /// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
 const SLOW_DRIVE: Duration = Duration::from_millis(50);
 
-/// Why a client request failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClientError {
-    /// Not answered in time: the write may or may not have happened.
-    Timeout,
-    /// No leader could take the request in time, or the cluster refused it (never applied).
-    Unavailable(String),
-    /// The session already moved past this sequence number (never applied now).
-    Stale,
-    /// Too many requests in flight; try again (never applied).
-    Busy,
-    /// The replica is shutting down (outcome unknown if it was already proposed).
-    ShuttingDown,
-    /// The state holds more than `maxmemory` and the command may grow it (never applied).
-    OutOfMemory,
-}
-
-impl std::fmt::Display for ClientError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientError::Timeout => {
-                write!(f, "timed out waiting for the cluster (outcome unknown)")
-            }
-            ClientError::Unavailable(why) => write!(f, "cluster unavailable: {why}"),
-            ClientError::Stale => write!(f, "stale request: the session has a newer one"),
-            ClientError::Busy => write!(f, "replica busy, retry"),
-            ClientError::ShuttingDown => write!(f, "replica shutting down"),
-            ClientError::OutOfMemory => {
-                write!(f, "command not allowed when used memory > 'maxmemory'")
-            }
-        }
-    }
-}
+pub use waverunner_host::requests::ClientError;
 
 /// Called once with the result of a client request.
 pub type Replier = Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>;
@@ -440,27 +389,17 @@ impl Handle {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    /// Waiting for a leader (retried every tick).
-    Routing,
-    /// Proposed by this replica as leader.
-    Proposed,
-    /// Forwarded to the leader.
-    Forwarded,
-    /// Waiting for a ReadIndex answer or for the applied index to reach it.
-    Reading,
-}
-
-struct Request {
-    client: u64,
-    seq: u64,
-    command: Vec<u8>,
-    read: bool,
-    stage: Stage,
-    reply: Replier,
-    started: Instant,
-    deadline: Instant,
+/// What the host's request routing needs of a replica, now (a macro: it borrows the fields,
+/// not the whole replica, whose `requests` the caller then uses).
+macro_rules! cx {
+    ($r:expr) => {
+        Cx {
+            raft: &mut $r.raft,
+            dp: $r.dp.as_mut(),
+            now: $r.epoch.elapsed(),
+            wall_ms: wall_ms(),
+        }
+    };
 }
 
 /// Milliseconds since the Unix epoch by the local clock.
@@ -497,14 +436,8 @@ pub struct Replica<S: StateMachine> {
     /// explains a leader's step-down; bounded by the members).
     heard: HashMap<u64, Instant>,
     addresses: crate::metrics::Addresses,
-    next_req: u64,
-    requests: HashMap<u64, Request>,
-    retry: Vec<u64>,
-    /// Reads whose ReadIndex the leader refused: routed through the log right after the ready
-    /// that carried the refusal (bounded by the requests in flight).
-    refused_reads: Vec<u64>,
-    /// Reads answered by ReadIndex, waiting for the applied index: (index, request id).
-    reads_waiting: ReadQueue,
+    /// Client requests from submission to answer (the host's routing).
+    requests: Requests<Replier>,
     counters: Counters,
     write_latency: Histogram,
     read_latency: Histogram,
@@ -599,7 +532,8 @@ impl<S: StateMachine> Replica<S> {
             Raft::new(rcfg, boot).map_err(|e| Fatal(format!("cannot start Raft: {e}")))?;
         // A leader's snapshot is received into a file, never whole in memory.
         raft.set_snapshot_sink(snap_files.sink());
-        let next_req = SystemTime::now()
+        let (id, request_timeout_ms) = (cfg.id, cfg.request_timeout_ms);
+        let first_req = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
         let role = raft.role();
@@ -625,11 +559,11 @@ impl<S: StateMachine> Replica<S> {
             addresses,
             // Request ids are unique across restarts: an entry proposed by an earlier
             // incarnation must never answer a request of this one.
-            next_req,
-            requests: HashMap::new(),
-            retry: Vec::new(),
-            refused_reads: Vec::new(),
-            reads_waiting: ReadQueue::default(),
+            requests: Requests::new(
+                id,
+                first_req,
+                Duration::from_millis(request_timeout_ms),
+            ),
             counters: Counters::default(),
             write_latency: Histogram::default(),
             read_latency: Histogram::default(),
@@ -714,7 +648,6 @@ impl<S: StateMachine> Replica<S> {
     fn idle_wake(&self, next_tick: Instant, tick: Duration) -> Instant {
         let busy = self.dp.is_some()
             || !self.requests.is_empty()
-            || !self.retry.is_empty()
             || !self.admin_pending.is_empty()
             || !self.snap_waiters.is_empty()
             || self.snap_job.is_some()
@@ -871,9 +804,9 @@ impl<S: StateMachine> Replica<S> {
             let _ = self.storage.set_hard_state(self.ready_st.latest_hard);
         }
         let _ = self.storage.sync();
-        for (_, r) in self.requests.drain() {
-            (r.reply)(Err(ClientError::ShuttingDown));
-        }
+        let now = self.now();
+        self.requests.fail_all(ClientError::ShuttingDown, now);
+        self.flush_requests();
         for p in self.admin_pending.drain(..) {
             (p.reply)(Err(AdminError::ShuttingDown));
         }
@@ -1025,12 +958,6 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn on_submit(&mut self, s: Submit) {
-        self.counters.requests += 1;
-        if self.requests.len() >= MAX_IN_FLIGHT {
-            self.counters.busy += 1;
-            (s.reply)(Err(ClientError::Busy));
-            return;
-        }
         if self.cfg.maxmemory > 0
             && self.state.sm.used_memory() > self.cfg.maxmemory
             && self.state.sm.may_grow(&s.command)
@@ -1038,179 +965,59 @@ impl<S: StateMachine> Replica<S> {
             // Checked where the request enters, against this replica's state (Redis checks
             // before running the command): deterministic state-machine results do not depend
             // on any replica's configuration.
+            self.requests.stats.requests += 1;
             self.counters.oom_refused += 1;
             (s.reply)(Err(ClientError::OutOfMemory));
             return;
         }
         let read =
             self.cfg.read_mode != ReadModeConfig::Log && self.state.sm.is_read_only(&s.command);
-        let id = self.next_req;
-        self.next_req += 1;
-        let now = Instant::now();
-        let deadline = now + request_deadline(self.cfg.request_timeout_ms, s.command.len());
-        self.requests.insert(
-            id,
-            Request {
-                client: s.client,
-                seq: s.seq,
-                command: s.command,
-                read,
-                stage: Stage::Routing,
-                reply: s.reply,
-                started: now,
-                deadline,
-            },
-        );
-        self.route(id);
+        let mut cx = cx!(self);
+        self.requests
+            .submit(&mut cx, s.client, s.seq, s.command, read, s.reply);
+        self.flush_requests();
     }
 
-    /// Sends a request on its way: a read to ReadIndex, a write into the log (leader) or to
-    /// the leader (follower); without a leader it waits for the next tick.
-    fn route(&mut self, id: u64) {
-        let Some(r) = self.requests.get(&id) else {
-            return;
-        };
-        debug_assert_eq!(r.stage, Stage::Routing);
-        if r.read && matches!(self.raft.dataplane_state(), DataPlaneState::Off) {
-            match self.raft.read_index(id.to_le_bytes().to_vec()) {
-                Ok(()) => self.set_stage(id, Stage::Reading),
-                Err(
-                    ReadError::NoLeader
-                    | ReadError::Retry
-                    | ReadError::NotCommittedInTerm
-                    | ReadError::Unavailable
-                    | ReadError::DataPlaneEnabled,
-                ) => self.retry.push(id),
-                Err(e) => self.fail(id, ClientError::Unavailable(e.to_string())),
-            }
-            return;
-        }
-        if r.read {
-            // With the data plane on, reads go through the log (the paper's behaviour):
-            // ReadIndex would need software heartbeats the data plane replaced.
-            if let Some(r) = self.requests.get_mut(&id) {
-                r.read = false;
-            }
-        }
-        let Some(r) = self.requests.get(&id) else {
-            return;
-        };
-        if self.raft.role() == Role::Leader {
-            let env = Envelope {
-                origin: self.cfg.id,
-                req: id,
-                client: r.client,
-                seq: r.seq,
-                now_ms: wall_ms(),
-                command: r.command.clone(),
-            };
-            match self.raft.propose(env.encode()) {
-                Ok(p) => {
-                    if let Proposal::Appended(index) = p {
-                        self.sw_latency.proposed(index);
-                    }
-                    self.counters.proposals += 1;
-                    self.set_stage(id, Stage::Proposed);
+    /// Carries out what the request routing decided: frames to peers, answers to clients.
+    fn flush_requests(&mut self) {
+        for e in self.requests.take_effects() {
+            match e {
+                Effect::Forward {
+                    to,
+                    req,
+                    client,
+                    seq,
+                    command,
+                } => self.transport.send(
+                    to,
+                    Frame::Forward {
+                        req,
+                        client,
+                        seq,
+                        command,
+                    },
+                ),
+                Effect::Nack { to, req, leader } => {
+                    self.transport.send(to, Frame::ForwardNack { req, leader })
                 }
-                Err(ProposeError::Retry | ProposeError::TransferInProgress) => self.retry.push(id),
-                Err(ProposeError::NotLeader { .. }) => self.retry.push(id),
-                Err(e) => self.fail(id, ClientError::Unavailable(e.to_string())),
+                Effect::Appended(index) => self.sw_latency.proposed(index),
+                Effect::Done {
+                    token,
+                    result,
+                    read,
+                    latency,
+                } => {
+                    if result.is_ok() {
+                        let us = latency.as_micros() as u64;
+                        if read {
+                            self.read_latency.observe(us);
+                        } else {
+                            self.write_latency.observe(us);
+                        }
+                    }
+                    token(result);
+                }
             }
-            return;
-        }
-        let leader = self.raft.leader();
-        if leader != 0 && leader != self.cfg.id && self.forward_fast(id, leader) {
-            return;
-        }
-        let Some(r) = self.requests.get(&id) else {
-            return;
-        };
-        if leader != 0 && leader != self.cfg.id {
-            let f = Frame::Forward {
-                req: id,
-                client: r.client,
-                seq: r.seq,
-                command: r.command.clone(),
-            };
-            self.transport.send(leader, f);
-            self.counters.forwarded += 1;
-            self.set_stage(id, Stage::Forwarded);
-        } else {
-            self.retry.push(id);
-        }
-    }
-
-    /// With the data plane on, a follower forwards a write to the leader over the fast path:
-    /// the leader's data plane orders it like a client's, and this replica answers its client
-    /// when it applies the entry. A lost datagram ends in a timeout (outcome unknown), never
-    /// in a double apply: nothing resends it.
-    fn forward_fast(&mut self, id: u64, leader: u64) -> bool {
-        if !matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }) {
-            return false;
-        }
-        let (Some(d), Some(r)) = (self.dp.as_ref(), self.requests.get(&id)) else {
-            return false;
-        };
-        let Some(&to) = d.peers.get(&leader) else {
-            return false;
-        };
-        let env = Envelope {
-            origin: self.cfg.id,
-            req: id,
-            client: r.client,
-            seq: r.seq,
-            now_ms: 0,
-            command: r.command.clone(),
-        }
-        .encode();
-        if env.len() > fp::MAX_PAYLOAD as usize {
-            return false; // too large for a datagram: over TCP
-        }
-        let h = fp::Header {
-            kind: fp::CLIENT_REQUEST,
-            from: r.client,
-            seq: r.seq,
-            ..fp::Header::new(u64::from(fp::GROUP))
-        };
-        if d.plane
-            .send_to(
-                &waverunner_host::dataplane::packet(h, &env),
-                SocketAddr::V4(to),
-            )
-            .is_err()
-        {
-            return false;
-        }
-        self.counters.forwarded += 1;
-        self.set_stage(id, Stage::Forwarded);
-        true
-    }
-
-    fn set_stage(&mut self, id: u64, stage: Stage) {
-        if let Some(r) = self.requests.get_mut(&id) {
-            r.stage = stage;
-        }
-    }
-
-    fn fail(&mut self, id: u64, e: ClientError) {
-        if let Some(r) = self.requests.remove(&id) {
-            if e == ClientError::Timeout {
-                self.counters.timeouts += 1;
-            }
-            (r.reply)(Err(e));
-        }
-    }
-
-    fn answer(&mut self, id: u64, result: Vec<u8>) {
-        if let Some(r) = self.requests.remove(&id) {
-            let us = r.started.elapsed().as_micros() as u64;
-            if r.read {
-                self.read_latency.observe(us);
-            } else {
-                self.write_latency.observe(us);
-            }
-            self.counters.answered += 1;
-            (r.reply)(Ok(result));
         }
     }
 
@@ -1235,14 +1042,8 @@ impl<S: StateMachine> Replica<S> {
                 command,
             }),
             Frame::ForwardNack { req, .. } => {
-                if self
-                    .requests
-                    .get(&req)
-                    .is_some_and(|r| r.stage == Stage::Forwarded)
-                {
-                    self.set_stage(req, Stage::Routing);
-                    self.retry.push(req);
-                }
+                self.requests.on_nack(req);
+                self.flush_requests();
             }
             Frame::Advertise { raft } => self.learn_addr(from, raft, false),
             Frame::Hello { .. } | Frame::Chunk { .. } => {}
@@ -1259,12 +1060,6 @@ impl<S: StateMachine> Replica<S> {
             self.raft.tick();
         }
         let now = Instant::now();
-        let expired: Vec<u64> = self
-            .requests
-            .iter()
-            .filter(|(_, r)| r.deadline <= now)
-            .map(|(id, _)| *id)
-            .collect();
         let mut k = 0;
         while k < self.admin_pending.len() {
             if self.admin_pending[k].deadline <= now {
@@ -1274,50 +1069,9 @@ impl<S: StateMachine> Replica<S> {
                 k += 1;
             }
         }
-        for id in expired {
-            let routing = self
-                .requests
-                .get(&id)
-                .is_some_and(|r| r.stage == Stage::Routing);
-            if routing {
-                // Never proposed nor forwarded: certainly not applied.
-                self.fail(id, ClientError::Unavailable("no leader".into()));
-            } else {
-                self.fail(id, ClientError::Timeout);
-            }
-        }
-        // A ReadIndex or its answer can be lost (a dropped frame, a leader change); with a data
-        // plane, leadership changes hands often, so such a read goes through the log after a
-        // while instead of waiting for its deadline. A read is safe to send twice.
-        if self.dp.is_some() {
-            let stale: Vec<u64> = self
-                .requests
-                .iter()
-                .filter(|(_, r)| r.stage == Stage::Reading && r.started.elapsed() > READ_FALLBACK)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in stale {
-                if let Some(r) = self.requests.get_mut(&id) {
-                    r.read = false;
-                    r.stage = Stage::Routing;
-                    self.retry.push(id);
-                }
-            }
-        }
-        self.reads_waiting.retain(|id| {
-            self.requests
-                .get(&id)
-                .is_some_and(|r| r.stage == Stage::Reading)
-        });
-        for id in std::mem::take(&mut self.retry) {
-            if self
-                .requests
-                .get(&id)
-                .is_some_and(|r| r.stage == Stage::Routing)
-            {
-                self.route(id);
-            }
-        }
+        let mut cx = cx!(self);
+        self.requests.on_tick(&mut cx);
+        self.flush_requests();
         self.housekeep();
         self.publish();
     }
@@ -1347,7 +1101,7 @@ impl<S: StateMachine> Replica<S> {
         };
         self.housekeeping = (Instant::now(), self.raft.last_index() + 1);
         if self.raft.propose(env.encode()).is_ok() {
-            self.counters.proposals += 1;
+            self.requests.stats.proposals += 1;
         }
     }
 
@@ -1358,13 +1112,13 @@ impl<S: StateMachine> Replica<S> {
             let rd = self.raft.ready();
             self.handle_ready(rd)?;
             self.raft.advance();
-            for id in std::mem::take(&mut self.refused_reads) {
-                self.route(id);
-            }
+            let mut cx = cx!(self);
+            self.requests.after_ready(&mut cx);
             if self.raft.role() == Role::Leader {
                 self.sw_latency.committed(self.raft.commit_index());
             }
             self.serve_reads();
+            self.flush_requests();
         }
         // Also with nothing ready (O(1) unless a snapshot is due): a snapshot finished or
         // asked for on an idle replica (a single replica's `POST /snapshot` waited for the
@@ -1437,24 +1191,9 @@ impl<S: StateMachine> Replica<S> {
                 self.answer_fast_client(e.index, &env, &outcome);
                 continue;
             }
-            if env.origin != self.cfg.id {
-                continue;
-            }
-            let mine = self
-                .requests
-                .get(&env.req)
-                .is_some_and(|r| r.client == env.client && r.seq == env.seq && !r.read);
-            if !mine {
-                continue;
-            }
-            match outcome {
-                Outcome::Applied(r) => self.answer(env.req, r),
-                Outcome::Duplicate(r) => {
-                    self.counters.duplicates += 1;
-                    self.answer(env.req, r);
-                }
-                Outcome::Stale => self.fail(env.req, ClientError::Stale),
-            }
+            let now = self.now();
+            self.requests
+                .on_applied(env.origin, env.req, env.client, env.seq, &outcome, now);
         }
     }
 
@@ -1532,15 +1271,16 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn serve_reads(&mut self) {
-        for id in self.reads_waiting.ready(self.state.applied) {
-            let Some(r) = self.requests.get(&id) else {
+        let now = self.now();
+        for (_, id) in self.requests.reads_ready(self.state.applied) {
+            let Some(command) = self.requests.command(id) else {
                 continue;
             };
             let result = self
                 .state
                 .sm
-                .query(wall_ms().max(self.state.now_ms), &r.command);
-            self.answer(id, result);
+                .query(wall_ms().max(self.state.now_ms), command);
+            self.requests.answer(id, result, now);
         }
     }
 
@@ -1684,6 +1424,15 @@ impl<S: StateMachine> Replica<S> {
         self.counters.snapshot_pieces_dropped = rc.snapshot_chunks_dropped;
         self.counters.snapshot_transfers_abandoned = rc.snapshot_transfers_abandoned;
         self.counters.recovery_reelections = rc.recovery_reelections;
+        let q = &self.requests.stats;
+        self.counters.requests = q.requests;
+        self.counters.busy = q.busy;
+        self.counters.proposals = q.proposals;
+        self.counters.forwarded = q.forwarded;
+        self.counters.reads_refused = q.reads_refused;
+        self.counters.answered = q.answered;
+        self.counters.duplicates = q.duplicates;
+        self.counters.timeouts = q.timeouts;
         let conf = self.raft.conf_state().clone();
         let members = self.member_status();
         let (fastpath, replication_latency_ns) = self.fastpath_status();
@@ -1864,32 +1613,12 @@ impl<S: StateMachine> Replica<S> {
         self.propose_forwarded(env);
     }
 
-    /// Proposes a request replica `env.origin` forwarded (over TCP or the fast path), stamped
-    /// with this leader's clock; its origin answers the client when it applies the entry. Not
-    /// proposed (not leader, or a hand-off is running): a NACK tells the origin it may route
-    /// the request again without risk of a double apply.
+    /// A request replica `env.origin` forwarded (over TCP or the fast path): the host
+    /// proposes it or NACKs it.
     fn propose_forwarded(&mut self, env: Envelope) {
-        let (origin, req) = (env.origin, env.req);
-        let env = Envelope {
-            now_ms: wall_ms(),
-            ..env
-        };
-        let proposed = self.raft.role() == Role::Leader
-            && match self.raft.propose(env.encode()) {
-                Ok(Proposal::Appended(index)) => {
-                    self.sw_latency.proposed(index);
-                    true
-                }
-                Ok(Proposal::ViaDataPlane) => true,
-                Err(_) => false,
-            };
-        if proposed {
-            self.counters.proposals += 1;
-        } else {
-            let leader = self.raft.leader();
-            self.transport
-                .send(origin, Frame::ForwardNack { req, leader });
-        }
+        let mut cx = cx!(self);
+        self.requests.propose_forwarded(env, &mut cx);
+        self.flush_requests();
     }
 
     /// The leader answers a native client whose request its data plane ordered, unless the
@@ -1909,7 +1638,7 @@ impl<S: StateMachine> Replica<S> {
         };
         let payload = payload::reply_payload(status, leader, body);
         if d.reply(c, index, &payload) {
-            self.counters.answered += 1;
+            self.requests.stats.answered += 1;
         }
     }
 
@@ -2019,17 +1748,7 @@ impl<S: StateMachine> ReadyIo for Replica<S> {
             }
             self.role = ss.role;
         }
-        // A ReadIndex round dies with the leadership it was confirming (the core drops
-        // it), and one sent to a former leader goes unanswered: route those reads again
-        // rather than leave them to their deadline. Reads already given an index only
-        // wait for the apply. A read is safe to send twice.
-        let waiting: HashSet<u64> = self.reads_waiting.ids().collect();
-        for (id, r) in self.requests.iter_mut() {
-            if r.stage == Stage::Reading && !waiting.contains(id) {
-                r.stage = Stage::Routing;
-                self.retry.push(*id);
-            }
-        }
+        self.requests.on_soft_state();
         Ok(())
     }
 
@@ -2085,34 +1804,6 @@ impl<S: StateMachine> ReadyIo for Replica<S> {
     }
 
     fn reads(&mut self, refusals: Vec<Vec<u8>>, states: Vec<waverunner_raft::ReadState>) {
-        for context in refusals {
-            let Ok(b) = <[u8; 8]>::try_from(context.as_slice()) else {
-                continue;
-            };
-            let id = u64::from_le_bytes(b);
-            if let Some(r) = self.requests.get_mut(&id) {
-                if r.stage == Stage::Reading {
-                    // The leader cannot answer a ReadIndex now: through the log instead (the
-                    // read is sent once, as its ReadIndex was refused, not lost).
-                    r.read = false;
-                    r.stage = Stage::Routing;
-                    self.counters.reads_refused += 1;
-                    self.refused_reads.push(id);
-                }
-            }
-        }
-        for rs in states {
-            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
-                continue;
-            };
-            let id = u64::from_le_bytes(b);
-            if self
-                .requests
-                .get(&id)
-                .is_some_and(|r| r.stage == Stage::Reading)
-            {
-                self.reads_waiting.wait(rs.index, id);
-            }
-        }
+        self.requests.on_read_states(refusals, states);
     }
 }

@@ -253,16 +253,7 @@ const MAX_DATA: usize = waverunner_storage::codec::MAX_ENTRY_DATA;
 /// (deterministically: by the index of its last command).
 pub const MAX_SESSIONS: usize = 10_000;
 
-/// What applying an entry produced for its client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Applied now; the state machine's result.
-    Applied(Vec<u8>),
-    /// A retry of the session's last command: its remembered result, not applied again.
-    Duplicate(Vec<u8>),
-    /// An older command of the session than its last one: not applied.
-    Stale,
-}
+pub use waverunner_host::requests::Outcome;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Session {

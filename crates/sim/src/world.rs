@@ -3,21 +3,22 @@
 //! schedule, all driven by one seeded event queue.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
 use std::time::Duration;
 
 use waverunner_fastpath as fp;
 use waverunner_raft::{
     Bootstrap, ConfChange, ConfState, Config, DataPlaneState, Entry, EntryKind, HardState, Index,
-    Message, MessageBody, NodeId, Proposal, Raft, ReadMode, Role, Snapshot, Term,
+    Message, MessageBody, NodeId, Raft, ReadMode, Role, Snapshot, Term,
 };
 
 use crate::checker::{entry_hash, Checker};
 use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
 use crate::rng::Rng;
 use waverunner_host::dataplane::{DataPlaneHost, HostStats};
-use waverunner_host::reads::ReadQueue;
+use waverunner_fastpath::payload::{Envelope, EnvelopeRef};
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
+use waverunner_host::requests::{Cx, Effect, Outcome, Requests};
 use waverunner_host::ticks::Replay;
 
 /// One simulated millisecond: the Raft tick.
@@ -30,6 +31,8 @@ const MAX_PLANE_ROUNDS: usize = 10_000;
 /// Raft messages a paused replica's sockets hold at most (more are lost, as from a full
 /// socket buffer).
 const MAX_STALLED: usize = 4_096;
+/// How long a client request may wait at its replica (simulated ms) before it fails.
+const REQUEST_TIMEOUT_MS: u64 = 1_000;
 
 /// What survives a crash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,8 +115,12 @@ pub struct Stats {
     pub reads_checked: u64,
     /// Of those, reads served once their replica applied the read index.
     pub reads_served: u64,
-    /// ReadIndex requests the leader (or a non-leader) refused.
+    /// ReadIndex requests the leader (or a non-leader) refused, sent through the log instead.
     pub reads_refused: u64,
+    /// Requests the replicas' hosts forwarded to the leader (transport or fast path).
+    pub forwarded: u64,
+    /// Requests that timed out at their replica (outcome unknown).
+    pub request_timeouts: u64,
     /// Keepalive messages paused (busy) replicas' hosts sent for them.
     pub keepalives: u64,
     pub final_commit: u64,
@@ -131,6 +138,20 @@ pub struct SeedReport {
 enum Packet {
     Raft(Message),
     Fast(fp::Header, Vec<u8>),
+    /// A client's write to a replica's front-end (its id).
+    Request(u64),
+    /// A request forwarded to the leader over the replica transport.
+    Forward(Envelope),
+    /// The leader did not propose the origin's forwarded request.
+    Nack(u64),
+}
+
+/// What a simulated client asked, as the host's requests carry it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Write(u64),
+    /// A read, with the read floor when it began.
+    Read { id: u64, floor: Index },
 }
 
 #[derive(Clone, Debug)]
@@ -237,8 +258,11 @@ fn write_payload(w: u64) -> Vec<u8> {
     v
 }
 
+/// The write in entry data: a client's payload as the data plane ordered it, or inside the
+/// envelope a replica's host proposed.
 fn write_id(data: &[u8]) -> Option<u64> {
-    (data.len() == 16).then(|| u64::from_le_bytes(data[..8].try_into().unwrap()))
+    let command = EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command);
+    (command.len() == 16).then(|| u64::from_le_bytes(command[..8].try_into().unwrap()))
 }
 
 struct Node {
@@ -256,13 +280,11 @@ struct Node {
     /// by [`MAX_STALLED`]); replayed in step with the missed ticks when it resumes.
     stalled: Vec<(u64, Message)>,
     removed: bool,
-    /// Writes this node took from clients into its software log.
-    requests: HashSet<u64>,
+    /// Client requests from submission to answer: the host's routing, as the node's.
+    requests: Requests<Op>,
     poll_pending: bool,
     /// What the host's ready handling remembers between batches (per incarnation).
     ready_st: ReadyState,
-    /// Reads given a read index, waiting for the apply (the host's queue, as the node's).
-    read_queue: ReadQueue,
     compact_every: u64,
 }
 
@@ -305,10 +327,6 @@ pub struct World {
     /// the other choices keep their random sequence).
     keepalive: bool,
     next_write: u64,
-    /// Reads in flight: read id → (node, incarnation, the read floor when it began).
-    reads: HashMap<u64, (NodeId, u64, Index)>,
-    /// Reads given a read index, waiting in their replica's queue: read id → the read floor.
-    serving: HashMap<u64, Index>,
     next_read: u64,
     membership: MembershipOp,
     membership_since: u64,
@@ -346,8 +364,6 @@ impl World {
             lease_reads: false,
             keepalive: false,
             next_write: 1,
-            reads: HashMap::new(),
-            serving: HashMap::new(),
             next_read: 1,
             membership: MembershipOp::Idle,
             membership_since: 0,
@@ -453,10 +469,9 @@ impl World {
             paused_at: 0,
             stalled: Vec::new(),
             removed: false,
-            requests: HashSet::new(),
+            requests: new_requests(id, 1),
             poll_pending: false,
             ready_st: ReadyState::default(),
-            read_queue: ReadQueue::default(),
             compact_every,
         };
         for n in self.nodes.values_mut() {
@@ -518,6 +533,14 @@ impl World {
         for (h, reordered) in &live {
             self.add_host_stats(h, *reordered);
         }
+        let requests: Vec<_> = self
+            .nodes
+            .values()
+            .map(|n| n.requests.stats.clone())
+            .collect();
+        for q in &requests {
+            self.add_request_stats(q);
+        }
         SeedReport {
             seed: self.seed,
             violations: std::mem::take(&mut self.checker.violations),
@@ -548,6 +571,13 @@ impl World {
                     }
                     let n = self.nodes.get_mut(&id).unwrap();
                     n.raft.as_mut().unwrap().tick();
+                    // Requests past their deadline fail, those waiting for a leader are
+                    // routed again (the node's loop, every tick).
+                    let (dp, at) = (self.opts.dataplane, self.now_time());
+                    let n = self.nodes.get_mut(&id).unwrap();
+                    let (rq, mut cx) = cx(n, dp, at);
+                    rq.on_tick(&mut cx);
+                    self.flush_requests(id);
                     self.drive(id);
                 } else if self.keepalive {
                     // A paused replica is a busy loop: its host's keepalive thread still sends
@@ -657,6 +687,21 @@ impl World {
                 self.drive(to);
             }
             Packet::Fast(hdr, payload) => self.fast_ingress(to, from, hdr, payload),
+            Packet::Request(w) => {
+                self.submit(to, write_payload(w), Op::Write(w));
+                self.drive(to);
+            }
+            Packet::Forward(env) => {
+                let (dp, at) = (self.opts.dataplane, self.now_time());
+                let n = self.nodes.get_mut(&to).unwrap();
+                let (rq, mut cx) = cx(n, dp, at);
+                rq.propose_forwarded(env, &mut cx);
+                self.flush_requests(to);
+                self.drive(to);
+            }
+            Packet::Nack(req) => {
+                self.nodes.get_mut(&to).unwrap().requests.on_nack(req);
+            }
         }
     }
 
@@ -727,25 +772,88 @@ impl World {
         );
     }
 
-    /// A packet the data plane passed up: a client request to the front-end (it proposes),
-    /// anything else to the host logic.
+    /// A packet the data plane passed up: a client request to the front-end (the host's
+    /// requests: a client's to route, another replica's forwarded one to propose), anything
+    /// else to the host logic.
     fn pass_up(&mut self, id: NodeId, from: NodeId, pkt: &[u8]) {
-        let now = self.now_time();
+        let (dp, now) = (self.opts.dataplane, self.now_time());
         let n = self.nodes.get_mut(&id).unwrap();
-        let Some(raft) = n.raft.as_mut() else { return };
+        if n.raft.is_none() {
+            return;
+        }
         match fp::Header::decode(pkt) {
             Ok((h, payload)) if h.kind == fp::CLIENT_REQUEST => {
-                if let Some(w) = write_id(payload) {
-                    if let Ok(Proposal::Appended(_) | Proposal::ViaDataPlane) =
-                        raft.propose(payload.to_vec())
-                    {
-                        n.requests.insert(w);
+                match EnvelopeRef::parse(payload, usize::MAX) {
+                    Ok(env) if env.origin != 0 => {
+                        let (rq, mut cx) = cx(n, dp, now);
+                        rq.propose_forwarded(env.to_owned(), &mut cx);
+                        self.flush_requests(id);
+                    }
+                    _ => {
+                        if let Some(w) = write_id(payload) {
+                            self.submit(id, payload.to_vec(), Op::Write(w));
+                        }
                     }
                 }
             }
             _ => {
+                let raft = n.raft.as_mut().expect("live node");
                 n.host
                     .on_packet(raft, addr_of(from).into(), pkt, n.removed, now);
+            }
+        }
+    }
+
+    /// A client request reaches replica `id`'s front-end, which submits it to the host.
+    fn submit(&mut self, id: NodeId, command: Vec<u8>, op: Op) {
+        let (dp, now) = (self.opts.dataplane, self.now_time());
+        let n = self.nodes.get_mut(&id).unwrap();
+        if n.raft.is_none() {
+            return;
+        }
+        let read = matches!(op, Op::Read { .. });
+        let (rq, mut cx) = cx(n, dp, now);
+        rq.submit(&mut cx, 0, 0, command, read, op);
+        self.flush_requests(id);
+    }
+
+    /// Carries out what `id`'s request routing decided: frames to peers, answers (writes are
+    /// answered where they are applied, reads where they are served: both checked there).
+    fn flush_requests(&mut self, id: NodeId) {
+        let effects = self.nodes.get_mut(&id).unwrap().requests.take_effects();
+        for e in effects {
+            match e {
+                Effect::Forward {
+                    to,
+                    req,
+                    client,
+                    seq,
+                    command,
+                } => {
+                    let env = Envelope {
+                        origin: id,
+                        req,
+                        client,
+                        seq,
+                        now_ms: 0,
+                        command,
+                    };
+                    self.send(id, to, Packet::Forward(env));
+                }
+                Effect::Nack { to, req, .. } => self.send(id, to, Packet::Nack(req)),
+                Effect::Appended(_) => {}
+                Effect::Done { result: Err(_), .. } => {}
+                Effect::Done {
+                    token: Op::Read { .. },
+                    ..
+                } => {}
+                Effect::Done {
+                    token: Op::Write(w),
+                    ..
+                } => self.checker.report(
+                    self.now,
+                    format!("node {id}: write {w} answered before it was applied"),
+                ),
             }
         }
     }
@@ -815,8 +923,6 @@ impl World {
                 node: n,
                 checker: &mut self.checker,
                 stats: &mut self.stats,
-                reads: &mut self.reads,
-                serving: &mut self.serving,
                 out: Vec::new(),
                 elected: None,
             };
@@ -827,15 +933,18 @@ impl World {
             let SimIo { out, elected, .. } = io;
             self.check_ring(id);
             let n = self.nodes.get_mut(&id).unwrap();
-            let raft = n.raft.as_mut().expect("live node");
-            raft.advance();
-            // Reads the apply made servable: their state holds every write acknowledged
-            // before they began.
-            for r in n.read_queue.ready(n.sm.applied) {
-                let Some(floor) = self.serving.remove(&r) else {
+            n.raft.as_mut().expect("live node").advance();
+            let (rq, mut cx) = cx(n, self.opts.dataplane, at);
+            rq.after_ready(&mut cx);
+            // Reads the apply made servable: their read index and the state they are served
+            // from hold every write acknowledged before they began.
+            for (index, rid) in n.requests.reads_ready(n.sm.applied) {
+                let Some(&Op::Read { id: r, floor }) = n.requests.token(rid) else {
                     continue;
                 };
+                self.stats.reads_checked += 1;
                 self.stats.reads_served += 1;
+                self.checker.on_read_index(now, id, r, index, floor);
                 if n.sm.applied < floor {
                     self.checker.report(
                         now,
@@ -846,7 +955,9 @@ impl World {
                         ),
                     );
                 }
+                n.requests.answer(rid, Vec::new(), at);
             }
+            let raft = n.raft.as_mut().expect("live node");
 
             // Compaction, as a host would after applying.
             if n.sm.applied >= raft.first_index() + n.compact_every {
@@ -861,6 +972,7 @@ impl World {
                 let to = m.to;
                 self.send(id, to, Packet::Raft(m));
             }
+            self.flush_requests(id);
             self.flush_plane(id);
             if let Some(term) = elected {
                 if !self.healing && self.rng.chance(self.depose) {
@@ -888,6 +1000,9 @@ impl World {
         }
     }
 
+    /// A client write: half of them a native client's datagram to the fast path (the data
+    /// plane orders it, or passes it up to the front-end), half a request to a replica's
+    /// front-end, which the host routes.
     fn client_write(&mut self) {
         let Some(to) = self.client_target(0.85) else {
             return;
@@ -895,45 +1010,47 @@ impl World {
         let w = self.next_write;
         self.next_write += 1;
         self.stats.writes_sent += 1;
-        let payload = write_payload(w);
-        let hdr = fp::Header {
-            kind: fp::CLIENT_REQUEST,
-            flags: fp::F_BLIND_WRITE,
-            from: CLIENT_ID,
-            seq: w,
-            len: payload.len() as u16,
-            ..fp::Header::new(u64::from(GROUP_ID))
-        };
         let d = self.rng.range(5, 100);
+        let pkt = if self.rng.chance(0.5) {
+            Packet::Request(w)
+        } else {
+            let payload = write_payload(w);
+            let hdr = fp::Header {
+                kind: fp::CLIENT_REQUEST,
+                flags: fp::F_BLIND_WRITE,
+                from: CLIENT_ID,
+                seq: w,
+                len: payload.len() as u16,
+                ..fp::Header::new(u64::from(GROUP_ID))
+            };
+            Packet::Fast(hdr, payload)
+        };
         self.schedule(
             d,
             Ev::Deliver {
                 from: CLIENT_ID,
                 to,
-                pkt: Packet::Fast(hdr, payload),
+                pkt,
             },
         );
     }
 
-    /// A client reads through ReadIndex at a live replica (the leader mostly).
+    /// A client reads at a live replica (the leader mostly), through its host: ReadIndex or
+    /// the lease, or the log when the data plane is on.
     fn client_read(&mut self) {
         let Some(id) = self.client_target(0.6) else {
             return;
         };
-        let r = self.next_read;
-        self.next_read += 1;
-        let floor = self.checker.read_floor();
-        let n = self.nodes.get_mut(&id).unwrap();
-        if n.paused {
+        let n = &self.nodes[&id];
+        if n.paused || n.raft.is_none() {
             return; // a stopped process reads no request
         }
-        let inc = n.incarnation;
-        let Some(raft) = n.raft.as_mut() else { return };
-        if raft.read_index(r.to_le_bytes().to_vec()).is_ok() {
-            self.stats.reads_sent += 1;
-            self.reads.insert(r, (id, inc, floor));
-            self.drive(id);
-        }
+        let r = self.next_read;
+        self.next_read += 1;
+        self.stats.reads_sent += 1;
+        let floor = self.checker.read_floor();
+        self.submit(id, r.to_le_bytes().to_vec(), Op::Read { id: r, floor });
+        self.drive(id);
     }
 
     // ----------------------------------------------------------------- faults
@@ -1052,11 +1169,7 @@ impl World {
         n.incarnation += 1;
         n.paused = false;
         n.stalled.clear();
-        for r in n.read_queue.ids() {
-            self.serving.remove(&r);
-        }
-        n.read_queue.clear();
-        n.requests.clear();
+        let old_requests = std::mem::replace(&mut n.requests, new_requests(id, n.incarnation));
         n.poll_pending = false;
         n.sm = Sm::default();
         if lose_log {
@@ -1067,6 +1180,7 @@ impl World {
         }
         self.stats.crashes += 1;
         self.add_host_stats(&old.stats, old.plane.reordered);
+        self.add_request_stats(&old_requests.stats);
     }
 
     /// A fresh data-plane host for replica `id`, knowing every replica's address.
@@ -1084,6 +1198,13 @@ impl World {
             }
         }
         h
+    }
+
+    /// Counts what a host's requests did (at its crash, or the end of the run).
+    fn add_request_stats(&mut self, q: &waverunner_host::requests::RequestStats) {
+        self.stats.reads_refused += q.reads_refused;
+        self.stats.forwarded += q.forwarded;
+        self.stats.request_timeouts += q.timeouts;
     }
 
     /// Counts what a host did (at its crash, or the end of the run).
@@ -1614,8 +1735,6 @@ struct SimIo<'a> {
     node: &'a mut Node,
     checker: &'a mut Checker,
     stats: &'a mut Stats,
-    reads: &'a mut HashMap<u64, (NodeId, u64, Index)>,
-    serving: &'a mut HashMap<u64, Index>,
     out: Vec<Message>,
     /// The term this replica was elected leader in, during this batch.
     elected: Option<Term>,
@@ -1655,6 +1774,7 @@ impl ReadyIo for SimIo<'_> {
                 .check_leader_complete(now, id, snap, |i| raft.term_of(i));
             self.elected = Some(term);
         }
+        self.node.requests.on_soft_state();
         Ok(())
     }
 
@@ -1717,17 +1837,38 @@ impl ReadyIo for SimIo<'_> {
             self.checker
                 .on_decided(now, id, e.index, e.term, entry_hash(e.kind, &e.data));
             n.sm.apply(e);
-            if let Some(w) = write_id(&e.data) {
-                if n.requests.remove(&w) {
-                    self.stats.writes_acked += 1;
-                    self.checker.on_ack(
+            // The entry's origin answers its client (the host's requests, as in the node).
+            let Ok(env) = EnvelopeRef::parse(&e.data, usize::MAX) else {
+                continue;
+            };
+            let at = Duration::from_micros(now);
+            let done = Outcome::Applied(Vec::new());
+            n.requests
+                .on_applied(env.origin, env.req, env.client, env.seq, &done, at);
+            for eff in n.requests.take_effects() {
+                match eff {
+                    Effect::Done {
+                        token: Op::Write(w),
+                        result: Ok(_),
+                        ..
+                    } => {
+                        self.stats.writes_acked += 1;
+                        let h = entry_hash(e.kind, &e.data);
+                        self.checker.on_ack(now, w, e.index, e.term, h, false);
+                    }
+                    Effect::Done {
+                        token: Op::Read { id: r, floor },
+                        result: Ok(_),
+                        ..
+                    } => {
+                        // A read through the log: served from the state at its entry.
+                        self.stats.reads_checked += 1;
+                        self.checker.on_read_index(now, id, r, e.index, floor);
+                    }
+                    other => self.checker.report(
                         now,
-                        w,
-                        e.index,
-                        e.term,
-                        entry_hash(e.kind, &e.data),
-                        false,
-                    );
+                        format!("node {id}: applying entry {} gave {other:?}", e.index),
+                    ),
                 }
             }
         }
@@ -1738,43 +1879,29 @@ impl ReadyIo for SimIo<'_> {
     }
 
     fn reads(&mut self, refusals: Vec<Vec<u8>>, states: Vec<waverunner_raft::ReadState>) {
-        let (id, now) = (self.id, self.now);
-        let mut granted = Vec::new();
-        let n = &*self.node;
-        let raft = n.raft.as_ref().expect("live node");
-        for rs in &states {
-            let Ok(b) = <[u8; 8]>::try_from(rs.context.as_slice()) else {
-                continue;
-            };
-            let r = u64::from_le_bytes(b);
-            if let Some(&(node, inc, floor)) = self.reads.get(&r) {
-                if node == id && inc == n.incarnation {
-                    if self.trace {
-                        eprintln!(
-                            "{now:>9}us node {id} read {r}: index {} (floor {floor}, {:?} term {})",
-                            rs.index,
-                            raft.role(),
-                            raft.term()
-                        );
-                    }
-                    self.reads.remove(&r);
-                    self.stats.reads_checked += 1;
-                    self.checker.on_read_index(now, id, r, rs.index, floor);
-                    self.serving.insert(r, floor);
-                    granted.push((rs.index, r));
-                }
-            }
-        }
-        // Served once the state machine applied the read index (the host's queue).
-        for (index, r) in granted {
-            self.node.read_queue.wait(index, r);
-        }
-        for c in &refusals {
-            if let Ok(b) = <[u8; 8]>::try_from(c.as_slice()) {
-                if self.reads.remove(&u64::from_le_bytes(b)).is_some() {
-                    self.stats.reads_refused += 1;
-                }
-            }
-        }
+        self.node.requests.on_read_states(refusals, states);
     }
+}
+
+/// Replica `id`'s requests in incarnation `inc` (ids distinct per incarnation, as the node's
+/// are across restarts).
+fn new_requests(id: NodeId, inc: u64) -> Requests<Op> {
+    Requests::new(
+        id,
+        inc << 40,
+        Duration::from_millis(REQUEST_TIMEOUT_MS),
+    )
+}
+
+/// Replica `n`'s requests, and what their routing needs of it at `now` (its data plane only
+/// when one is configured, as in the node).
+fn cx(n: &mut Node, dataplane: bool, now: Duration) -> (&mut Requests<Op>, Cx<'_, SimDataPlane>) {
+    let cx = Cx {
+        raft: n.raft.as_mut().expect("live node"),
+        dp: dataplane.then_some(&mut n.host),
+        now,
+        // The leader's clock in entries: the simulated one.
+        wall_ms: now.as_millis() as u64,
+    };
+    (&mut n.requests, cx)
 }

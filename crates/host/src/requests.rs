@@ -1,0 +1,624 @@
+//! Client requests at one replica, from the moment a front-end submits one until it is
+//! answered: a write goes into the log (leader) or to the leader (follower: over the replica
+//! transport, or over the fast path when the data plane replicates); a read goes to ReadIndex
+//! and waits for the apply ([`crate::reads`]), or through the log when the data plane is on or
+//! the leader refused its ReadIndex; without a leader a request waits and is routed again
+//! every tick until its deadline. The origin replica answers its client when it applies the
+//! entry; a request forwarded to it by another replica is proposed as is, or refused with a
+//! NACK that lets its origin route it again (it was certainly not proposed).
+//!
+//! Requests are tokens of the caller's type `T` (the node: a reply callback; the simulator:
+//! the id its checker knows). What the caller must carry out comes back as [`Effect`]s from
+//! [`Requests::take_effects`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use waverunner_dataplane::DataPlane;
+use waverunner_fastpath::payload::Envelope;
+use waverunner_raft::{
+    DataPlaneState, Proposal, ProposeError, Raft, ReadError, ReadState, Role,
+};
+
+use crate::dataplane::DataPlaneHost;
+use crate::reads::ReadQueue;
+use crate::Time;
+
+/// Client requests in flight at one replica at most; beyond it requests are refused (busy).
+pub const MAX_IN_FLIGHT: usize = 100_000;
+
+/// With a data plane configured, a ReadIndex read unanswered after this long goes through the
+/// log instead (a leader that cannot answer refuses at once; this covers lost messages).
+pub const READ_FALLBACK: Duration = Duration::from_millis(100);
+
+/// A large request's deadline is later by a second per this many bytes: a 64 MiB value
+/// crosses the network twice and is copied and hashed on every replica, which a busy
+/// two-core machine took over two seconds to do.
+const LARGE_REQUEST_BYTES_PER_SEC: u64 = 32 << 20;
+
+/// How long a request of `len` bytes may take before it fails (outcome unknown).
+pub fn request_deadline(timeout: Duration, len: usize) -> Duration {
+    timeout + Duration::from_millis(len as u64 * 1_000 / LARGE_REQUEST_BYTES_PER_SEC)
+}
+
+/// Why a client request failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientError {
+    /// Not answered in time: the write may or may not have happened.
+    Timeout,
+    /// No leader could take the request in time, or the cluster refused it (never applied).
+    Unavailable(String),
+    /// The session already moved past this sequence number (never applied now).
+    Stale,
+    /// Too many requests in flight; try again (never applied).
+    Busy,
+    /// The replica is shutting down (outcome unknown if it was already proposed).
+    ShuttingDown,
+    /// The state holds more than `maxmemory` and the command may grow it (never applied).
+    OutOfMemory,
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Timeout => {
+                write!(f, "timed out waiting for the cluster (outcome unknown)")
+            }
+            ClientError::Unavailable(why) => write!(f, "cluster unavailable: {why}"),
+            ClientError::Stale => write!(f, "stale request: the session has a newer one"),
+            ClientError::Busy => write!(f, "replica busy, retry"),
+            ClientError::ShuttingDown => write!(f, "replica shutting down"),
+            ClientError::OutOfMemory => {
+                write!(f, "command not allowed when used memory > 'maxmemory'")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// What applying an entry produced for its client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied now; the state machine's result.
+    Applied(Vec<u8>),
+    /// A retry of the session's last command: its remembered result, not applied again.
+    Duplicate(Vec<u8>),
+    /// An older command of the session than its last one: not applied.
+    Stale,
+}
+
+/// Where a request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Waiting for a leader (retried every tick).
+    Routing,
+    /// Proposed by this replica as leader.
+    Proposed,
+    /// Forwarded to the leader.
+    Forwarded,
+    /// Waiting for a ReadIndex answer or for the applied index to reach it.
+    Reading,
+}
+
+struct Request<T> {
+    client: u64,
+    seq: u64,
+    command: Vec<u8>,
+    /// Served by ReadIndex (false: through the log).
+    read: bool,
+    stage: Stage,
+    token: T,
+    started: Time,
+    deadline: Time,
+}
+
+/// What the caller carries out.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Effect<T> {
+    /// Send request `req` to the leader `to` over the replica transport.
+    Forward {
+        /// The leader.
+        to: u64,
+        /// This replica's request id (the leader's NACK names it).
+        req: u64,
+        /// Client session.
+        client: u64,
+        /// Sequence number in the session.
+        seq: u64,
+        /// The state-machine command.
+        command: Vec<u8>,
+    },
+    /// Tell replica `to` that its forwarded request `req` was not proposed (it may route it
+    /// again: it was certainly not applied).
+    Nack {
+        /// The request's origin.
+        to: u64,
+        /// The origin's request id.
+        req: u64,
+        /// The leader as this replica knows it (0: none).
+        leader: u64,
+    },
+    /// A request was appended to the leader's software log at this index.
+    Appended(u64),
+    /// A request is answered.
+    Done {
+        /// The caller's token.
+        token: T,
+        /// The result, or why it failed.
+        result: Result<Vec<u8>, ClientError>,
+        /// It was served as a read (ReadIndex), not through the log.
+        read: bool,
+        /// From submission to answer.
+        latency: Duration,
+    },
+}
+
+/// Counters of the requests at this replica.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestStats {
+    /// Requests submitted.
+    pub requests: u64,
+    /// Refused because [`MAX_IN_FLIGHT`] were in flight.
+    pub busy: u64,
+    /// Proposed to the log by this replica as leader (its own and forwarded ones).
+    pub proposals: u64,
+    /// Forwarded to the leader.
+    pub forwarded: u64,
+    /// Reads whose ReadIndex the leader refused, sent through the log instead.
+    pub reads_refused: u64,
+    /// Answered successfully.
+    pub answered: u64,
+    /// Retries answered from the session table.
+    pub duplicates: u64,
+    /// Timed out (outcome unknown).
+    pub timeouts: u64,
+}
+
+/// What routing needs of the replica: its core, its data plane's host, the time.
+pub struct Cx<'a, P: DataPlane> {
+    /// The Raft core.
+    pub raft: &'a mut Raft,
+    /// The data plane and its host, if one is configured.
+    pub dp: Option<&'a mut DataPlaneHost<P>>,
+    /// The time of the event.
+    pub now: Time,
+    /// The leader's clock for what it proposes (ms since the Unix epoch; the simulator's
+    /// clock there).
+    pub wall_ms: u64,
+}
+
+/// The requests of one replica (bounded by [`MAX_IN_FLIGHT`]).
+pub struct Requests<T> {
+    /// This replica.
+    me: u64,
+    /// A request's deadline before its size is counted.
+    timeout: Duration,
+    /// The next request id (never 0: request 0 is the leader's upkeep, which nobody waits
+    /// for).
+    next: u64,
+    table: HashMap<u64, Request<T>>,
+    /// Requests waiting for a leader (routed again at the next tick).
+    retry: Vec<u64>,
+    /// Reads whose ReadIndex the leader refused: routed through the log right after the ready
+    /// that carried the refusal.
+    refused: Vec<u64>,
+    /// Reads given a read index, waiting for the apply.
+    waiting: ReadQueue,
+    effects: Vec<Effect<T>>,
+    /// Counters.
+    pub stats: RequestStats,
+}
+
+impl<T> Requests<T> {
+    /// The requests of replica `me`, whose ids start at `first_id` (distinct per incarnation:
+    /// a NACK meant for an earlier one must not match a new request); each may take `timeout`.
+    pub fn new(me: u64, first_id: u64, timeout: Duration) -> Requests<T> {
+        Requests {
+            me,
+            timeout,
+            next: first_id.max(1),
+            table: HashMap::new(),
+            retry: Vec::new(),
+            refused: Vec::new(),
+            waiting: ReadQueue::default(),
+            effects: Vec::new(),
+            stats: RequestStats::default(),
+        }
+    }
+
+    /// Requests in flight.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether none is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// What the caller must carry out now, in order.
+    pub fn take_effects(&mut self) -> Vec<Effect<T>> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// A client request: `read` if the caller may serve it without the log (a read-only
+    /// command and a read mode that allows it). Refused as busy beyond [`MAX_IN_FLIGHT`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit<P: DataPlane>(
+        &mut self,
+        cx: &mut Cx<'_, P>,
+        client: u64,
+        seq: u64,
+        command: Vec<u8>,
+        read: bool,
+        token: T,
+    ) {
+        self.stats.requests += 1;
+        if self.table.len() >= MAX_IN_FLIGHT {
+            self.stats.busy += 1;
+            self.effects.push(Effect::Done {
+                token,
+                result: Err(ClientError::Busy),
+                read,
+                latency: Duration::ZERO,
+            });
+            return;
+        }
+        let id = self.next;
+        self.next += 1;
+        let deadline = cx.now + request_deadline(self.timeout, command.len());
+        self.table.insert(
+            id,
+            Request {
+                client,
+                seq,
+                command,
+                read,
+                stage: Stage::Routing,
+                token,
+                started: cx.now,
+                deadline,
+            },
+        );
+        self.route(id, cx);
+    }
+
+    /// Sends request `id` on its way: a read to ReadIndex, a write into the log (leader) or
+    /// to the leader (follower); without a leader it waits for the next tick.
+    fn route<P: DataPlane>(&mut self, id: u64, cx: &mut Cx<'_, P>) {
+        let Some(r) = self.table.get_mut(&id) else {
+            return;
+        };
+        assert_eq!(r.stage, Stage::Routing, "request {id} routed twice");
+        let dp_on = matches!(cx.raft.dataplane_state(), DataPlaneState::On { .. });
+        if r.read && matches!(cx.raft.dataplane_state(), DataPlaneState::Off) {
+            match cx.raft.read_index(id.to_le_bytes().to_vec()) {
+                Ok(()) => r.stage = Stage::Reading,
+                Err(
+                    ReadError::NoLeader
+                    | ReadError::Retry
+                    | ReadError::NotCommittedInTerm
+                    | ReadError::Unavailable
+                    | ReadError::DataPlaneEnabled,
+                ) => self.retry.push(id),
+                Err(e) => self.fail(id, ClientError::Unavailable(e.to_string()), cx.now),
+            }
+            return;
+        }
+        // With the data plane on (or handing over), reads go through the log (the paper's
+        // behaviour): ReadIndex would need software heartbeats the data plane replaced.
+        r.read = false;
+        if cx.raft.role() == Role::Leader {
+            let env = Envelope {
+                origin: self.me,
+                req: id,
+                client: r.client,
+                seq: r.seq,
+                now_ms: cx.wall_ms,
+                command: r.command.clone(),
+            };
+            match cx.raft.propose(env.encode()) {
+                Ok(p) => {
+                    r.stage = Stage::Proposed;
+                    self.stats.proposals += 1;
+                    if let Proposal::Appended(index) = p {
+                        self.effects.push(Effect::Appended(index));
+                    }
+                }
+                Err(
+                    ProposeError::Retry
+                    | ProposeError::TransferInProgress
+                    | ProposeError::NotLeader { .. },
+                ) => self.retry.push(id),
+                Err(e) => self.fail(id, ClientError::Unavailable(e.to_string()), cx.now),
+            }
+            return;
+        }
+        let leader = cx.raft.leader();
+        if leader == 0 || leader == self.me {
+            self.retry.push(id);
+            return;
+        }
+        // With the data plane on, a follower forwards a write over the fast path: the
+        // leader's data plane orders it like a client's, and this replica answers its client
+        // when it applies the entry. A lost datagram ends in a timeout (outcome unknown),
+        // never in a double apply: nothing resends it.
+        if dp_on {
+            if let Some(d) = cx.dp.as_deref_mut() {
+                let env = Envelope {
+                    origin: self.me,
+                    req: id,
+                    client: r.client,
+                    seq: r.seq,
+                    now_ms: 0,
+                    command: r.command.clone(),
+                };
+                if d.forward(leader, r.client, r.seq, &env.encode()) {
+                    r.stage = Stage::Forwarded;
+                    self.stats.forwarded += 1;
+                    return;
+                }
+            }
+        }
+        self.effects.push(Effect::Forward {
+            to: leader,
+            req: id,
+            client: r.client,
+            seq: r.seq,
+            command: r.command.clone(),
+        });
+        r.stage = Stage::Forwarded;
+        self.stats.forwarded += 1;
+    }
+
+    /// Proposes a request replica `env.origin` forwarded (over the transport or the fast
+    /// path), stamped with this leader's clock; its origin answers the client when it applies
+    /// the entry. Not proposed (not leader, or a hand-off is running): a NACK tells the origin
+    /// it may route the request again without risk of a double apply.
+    pub fn propose_forwarded<P: DataPlane>(&mut self, env: Envelope, cx: &mut Cx<'_, P>) {
+        if env.origin == 0 || env.origin == self.me {
+            return; // not a replica's request, or our own come back
+        }
+        let (origin, req) = (env.origin, env.req);
+        let env = Envelope {
+            now_ms: cx.wall_ms,
+            ..env
+        };
+        let proposed = cx.raft.role() == Role::Leader
+            && match cx.raft.propose(env.encode()) {
+                Ok(Proposal::Appended(index)) => {
+                    self.effects.push(Effect::Appended(index));
+                    true
+                }
+                Ok(Proposal::ViaDataPlane) => true,
+                Err(_) => false,
+            };
+        if proposed {
+            self.stats.proposals += 1;
+        } else {
+            self.effects.push(Effect::Nack {
+                to: origin,
+                req,
+                leader: cx.raft.leader(),
+            });
+        }
+    }
+
+    /// The leader did not propose forwarded request `req`: route it again.
+    pub fn on_nack(&mut self, req: u64) {
+        if let Some(r) = self.table.get_mut(&req) {
+            if r.stage == Stage::Forwarded {
+                r.stage = Stage::Routing;
+                self.retry.push(req);
+            }
+        }
+    }
+
+    /// A tick: requests past their deadline fail, reads whose ReadIndex went unanswered too
+    /// long go through the log (with a data plane configured), and requests waiting for a
+    /// leader are routed again.
+    pub fn on_tick<P: DataPlane>(&mut self, cx: &mut Cx<'_, P>) {
+        let now = cx.now;
+        let mut expired: Vec<(u64, Stage)> = self
+            .table
+            .iter()
+            .filter(|(_, r)| r.deadline <= now)
+            .map(|(&id, r)| (id, r.stage))
+            .collect();
+        expired.sort_unstable_by_key(|&(id, _)| id);
+        for (id, stage) in expired {
+            let e = if stage == Stage::Routing {
+                // Never proposed nor forwarded: certainly not applied.
+                ClientError::Unavailable("no leader".into())
+            } else {
+                ClientError::Timeout
+            };
+            self.fail(id, e, now);
+        }
+        // A ReadIndex or its answer can be lost (a dropped frame, a leader change); with a
+        // data plane, leadership changes hands often, so such a read goes through the log
+        // after a while instead of waiting for its deadline. A read is safe to send twice.
+        if cx.dp.is_some() {
+            let mut stale: Vec<u64> = self
+                .table
+                .iter()
+                .filter(|(_, r)| r.stage == Stage::Reading && now - r.started > READ_FALLBACK)
+                .map(|(&id, _)| id)
+                .collect();
+            stale.sort_unstable();
+            for id in stale {
+                let r = self.table.get_mut(&id).expect("listed");
+                r.read = false;
+                r.stage = Stage::Routing;
+                self.retry.push(id);
+            }
+        }
+        let table = &self.table;
+        self.waiting
+            .retain(|id| table.get(&id).is_some_and(|r| r.stage == Stage::Reading));
+        for id in std::mem::take(&mut self.retry) {
+            if self
+                .table
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Routing)
+            {
+                self.route(id, cx);
+            }
+        }
+    }
+
+    /// The core's soft state changed (or may have): a ReadIndex round dies with the
+    /// leadership it was confirming (the core drops it), and one sent to a former leader goes
+    /// unanswered, so reads not yet given an index are routed again rather than left to their
+    /// deadline. Reads already given one only wait for the apply. A read is safe to send twice.
+    pub fn on_soft_state(&mut self) {
+        let mut again: Vec<u64> = Vec::new();
+        let waiting: std::collections::HashSet<u64> = self.waiting.ids().collect();
+        for (&id, r) in self.table.iter_mut() {
+            if r.stage == Stage::Reading && !waiting.contains(&id) {
+                r.stage = Stage::Routing;
+                again.push(id);
+            }
+        }
+        again.sort_unstable();
+        self.retry.extend(again);
+    }
+
+    /// The ReadIndex answers of a ready batch: refused reads go through the log (once the
+    /// batch is handled: [`Requests::after_ready`]); granted ones wait for the apply.
+    pub fn on_read_states(&mut self, refusals: Vec<Vec<u8>>, states: Vec<ReadState>) {
+        let id_of = |c: &[u8]| <[u8; 8]>::try_from(c).ok().map(u64::from_le_bytes);
+        for context in refusals {
+            let Some(id) = id_of(&context) else { continue };
+            if let Some(r) = self.table.get_mut(&id) {
+                if r.stage == Stage::Reading {
+                    // Sent once: its ReadIndex was refused, not lost.
+                    r.read = false;
+                    r.stage = Stage::Routing;
+                    self.stats.reads_refused += 1;
+                    self.refused.push(id);
+                }
+            }
+        }
+        for rs in states {
+            let Some(id) = id_of(&rs.context) else { continue };
+            if self
+                .table
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Reading)
+            {
+                self.waiting.wait(rs.index, id);
+            }
+        }
+    }
+
+    /// After a ready batch: the reads the leader refused go through the log.
+    pub fn after_ready<P: DataPlane>(&mut self, cx: &mut Cx<'_, P>) {
+        for id in std::mem::take(&mut self.refused) {
+            if self
+                .table
+                .get(&id)
+                .is_some_and(|r| r.stage == Stage::Routing)
+            {
+                self.route(id, cx);
+            }
+        }
+    }
+
+    /// The reads that `applied` makes servable, as (read index, request id, command), in the
+    /// order of their read index; the caller queries its state and calls
+    /// [`Requests::answer`].
+    pub fn reads_ready(&mut self, applied: u64) -> Vec<(u64, u64)> {
+        self.waiting
+            .ready_with_index(applied)
+            .into_iter()
+            .filter(|(_, id)| {
+                self.table
+                    .get(id)
+                    .is_some_and(|r| r.stage == Stage::Reading)
+            })
+            .collect()
+    }
+
+    /// The command of request `id`.
+    pub fn command(&self, id: u64) -> Option<&[u8]> {
+        self.table.get(&id).map(|r| r.command.as_slice())
+    }
+
+    /// The token of request `id`.
+    pub fn token(&self, id: u64) -> Option<&T> {
+        self.table.get(&id).map(|r| &r.token)
+    }
+
+    /// Answers request `id` with `result`.
+    pub fn answer(&mut self, id: u64, result: Vec<u8>, now: Time) {
+        if let Some(r) = self.table.remove(&id) {
+            self.stats.answered += 1;
+            self.effects.push(Effect::Done {
+                token: r.token,
+                result: Ok(result),
+                read: r.read,
+                latency: now.saturating_sub(r.started),
+            });
+        }
+    }
+
+    /// Fails request `id`.
+    pub fn fail(&mut self, id: u64, e: ClientError, now: Time) {
+        if let Some(r) = self.table.remove(&id) {
+            if e == ClientError::Timeout {
+                self.stats.timeouts += 1;
+            }
+            self.effects.push(Effect::Done {
+                token: r.token,
+                result: Err(e),
+                read: r.read,
+                latency: now.saturating_sub(r.started),
+            });
+        }
+    }
+
+    /// Fails every request (the replica stops).
+    pub fn fail_all(&mut self, e: ClientError, now: Time) {
+        let mut ids: Vec<u64> = self.table.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.fail(id, e.clone(), now);
+        }
+        self.retry.clear();
+        self.refused.clear();
+        self.waiting.clear();
+    }
+
+    /// An entry was applied: if this replica proposed or forwarded it for a client
+    /// (`origin`, request `req`, session `client`/`seq`), answers that client with `outcome`.
+    pub fn on_applied(
+        &mut self,
+        origin: u64,
+        req: u64,
+        client: u64,
+        seq: u64,
+        outcome: &Outcome,
+        now: Time,
+    ) {
+        if origin != self.me {
+            return;
+        }
+        let mine = self
+            .table
+            .get(&req)
+            .is_some_and(|r| r.client == client && r.seq == seq && !r.read);
+        if !mine {
+            return;
+        }
+        match outcome {
+            Outcome::Applied(r) => self.answer(req, r.clone(), now),
+            Outcome::Duplicate(r) => {
+                self.stats.duplicates += 1;
+                self.answer(req, r.clone(), now);
+            }
+            Outcome::Stale => self.fail(req, ClientError::Stale, now),
+        }
+    }
+}
