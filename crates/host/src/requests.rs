@@ -16,9 +16,7 @@ use std::time::Duration;
 
 use waverunner_dataplane::DataPlane;
 use waverunner_fastpath::payload::Envelope;
-use waverunner_raft::{
-    DataPlaneState, Proposal, ProposeError, Raft, ReadError, ReadState, Role,
-};
+use waverunner_raft::{DataPlaneState, Proposal, ProposeError, Raft, ReadError, ReadState, Role};
 
 use crate::dataplane::DataPlaneHost;
 use crate::reads::ReadQueue;
@@ -244,7 +242,6 @@ impl<T> Requests<T> {
 
     /// A client request: `read` if the caller may serve it without the log (a read-only
     /// command and a read mode that allows it). Refused as busy beyond [`MAX_IN_FLIGHT`].
-    #[allow(clippy::too_many_arguments)]
     pub fn submit<P: DataPlane>(
         &mut self,
         cx: &mut Cx<'_, P>,
@@ -502,7 +499,9 @@ impl<T> Requests<T> {
             }
         }
         for rs in states {
-            let Some(id) = id_of(&rs.context) else { continue };
+            let Some(id) = id_of(&rs.context) else {
+                continue;
+            };
             if self
                 .table
                 .get(&id)
@@ -620,5 +619,327 @@ impl<T> Requests<T> {
             }
             Outcome::Stale => self.fail(req, ClientError::Stale, now),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Scenarios over three real Raft cores that pass their messages by hand; each replica's
+    //! requests are driven as the node and the simulator drive them.
+    use super::*;
+    use std::collections::BTreeMap;
+    use waverunner_raft::{Bootstrap, ConfState, Config, EntryKind, HardState, ReadMode};
+
+    type Plane = Box<dyn DataPlane>;
+    /// An answer: the replica that gave it, the request's token, the result.
+    type Answer = (u64, &'static str, Result<Vec<u8>, ClientError>);
+
+    struct Cluster {
+        rafts: BTreeMap<u64, Raft>,
+        requests: BTreeMap<u64, Requests<&'static str>>,
+        /// Answers by replica: (token, result).
+        answers: Vec<Answer>,
+        /// Frames between hosts not yet delivered.
+        frames: Vec<(u64, Effect<&'static str>)>,
+        now: Time,
+        /// Replicas cut off from everyone.
+        down: Vec<u64>,
+    }
+
+    impl Cluster {
+        fn new() -> Cluster {
+            let mut rafts = BTreeMap::new();
+            let mut requests = BTreeMap::new();
+            for id in 1..=3 {
+                let cfg = Config {
+                    id,
+                    seed: 7,
+                    read_mode: ReadMode::ReadIndex,
+                    ..Config::default()
+                };
+                let boot = Bootstrap {
+                    hard_state: HardState::default(),
+                    conf: ConfState {
+                        voters: vec![1, 2, 3],
+                        learners: vec![],
+                    },
+                    ..Default::default()
+                };
+                rafts.insert(id, Raft::new(cfg, boot).expect("bootstrap"));
+                requests.insert(id, Requests::new(id, 1_000 * id, Duration::from_secs(1)));
+            }
+            let mut c = Cluster {
+                rafts,
+                requests,
+                answers: Vec::new(),
+                frames: Vec::new(),
+                now: Duration::ZERO,
+                down: Vec::new(),
+            };
+            c.rafts.get_mut(&1).unwrap().campaign();
+            c.settle();
+            assert_eq!(c.rafts[&1].role(), Role::Leader);
+            c
+        }
+
+        fn with<R>(
+            &mut self,
+            id: u64,
+            f: impl FnOnce(&mut Requests<&'static str>, &mut Cx<'_, Plane>) -> R,
+        ) -> R {
+            let mut cx = Cx::<Plane> {
+                raft: self.rafts.get_mut(&id).unwrap(),
+                dp: None,
+                now: self.now,
+                wall_ms: 1,
+            };
+            let r = f(self.requests.get_mut(&id).unwrap(), &mut cx);
+            self.take(id);
+            r
+        }
+
+        fn take(&mut self, id: u64) {
+            for e in self.requests.get_mut(&id).unwrap().take_effects() {
+                match e {
+                    Effect::Done { token, result, .. } => self.answers.push((id, token, result)),
+                    Effect::Appended(_) => {}
+                    other => self.frames.push((id, other)),
+                }
+            }
+        }
+
+        /// Passes messages and frames, applies and serves until nothing moves.
+        fn settle(&mut self) {
+            for _ in 0..100 {
+                let mut moved = false;
+                let mut msgs = Vec::new();
+                let ids: Vec<u64> = self.rafts.keys().copied().collect();
+                for &id in &ids {
+                    let raft = self.rafts.get_mut(&id).unwrap();
+                    if !raft.has_ready() {
+                        continue;
+                    }
+                    moved = true;
+                    let rd = raft.ready();
+                    msgs.extend(rd.messages);
+                    raft.advance();
+                    let rq = self.requests.get_mut(&id).unwrap();
+                    if rd.soft_state.is_some() {
+                        rq.on_soft_state();
+                    }
+                    rq.on_read_states(rd.read_refusals, rd.read_states);
+                    for e in &rd.committed_entries {
+                        if e.kind != EntryKind::Normal {
+                            continue;
+                        }
+                        if let Ok(env) = Envelope::decode(&e.data, usize::MAX) {
+                            let out = Outcome::Applied(format!("at {}", e.index).into_bytes());
+                            rq.on_applied(env.origin, env.req, env.client, env.seq, &out, self.now);
+                        }
+                    }
+                    let applied = self.rafts[&id].commit_index();
+                    let rq = self.requests.get_mut(&id).unwrap();
+                    for (index, rid) in rq.reads_ready(applied) {
+                        rq.answer(rid, format!("read at {index}").into_bytes(), self.now);
+                    }
+                    self.with(id, |rq, cx| rq.after_ready(cx));
+                }
+                for m in msgs {
+                    if self.down.contains(&m.to) || self.down.contains(&m.from) {
+                        continue;
+                    }
+                    let _ = self.rafts.get_mut(&m.to).unwrap().step(m);
+                }
+                for (from, f) in std::mem::take(&mut self.frames) {
+                    moved = true;
+                    match f {
+                        Effect::Forward {
+                            to,
+                            req,
+                            client,
+                            seq,
+                            command,
+                        } => {
+                            let env = Envelope {
+                                origin: from,
+                                req,
+                                client,
+                                seq,
+                                now_ms: 0,
+                                command,
+                            };
+                            self.with(to, |rq, cx| rq.propose_forwarded(env, cx));
+                        }
+                        Effect::Nack { to, req, .. } => {
+                            self.requests.get_mut(&to).unwrap().on_nack(req)
+                        }
+                        _ => unreachable!(),
+                    }
+                }
+                if !moved {
+                    return;
+                }
+            }
+            panic!("the cluster did not settle");
+        }
+
+        fn submit(&mut self, at: u64, command: &str, read: bool, token: &'static str) {
+            let command = command.as_bytes().to_vec();
+            self.with(at, |rq, cx| rq.submit(cx, 0, 0, command, read, token));
+        }
+
+        fn tick(&mut self, ms: u64) {
+            self.now += Duration::from_millis(ms);
+            for id in 1..=3 {
+                self.with(id, |rq, cx| rq.on_tick(cx));
+            }
+        }
+
+        fn answer(&self, token: &str) -> Option<&Result<Vec<u8>, ClientError>> {
+            self.answers.iter().find(|a| a.1 == token).map(|a| &a.2)
+        }
+    }
+
+    #[test]
+    fn a_follower_forwards_a_write_and_answers_its_client_when_it_applies_the_entry() {
+        let mut c = Cluster::new();
+        c.submit(2, "set x", false, "w");
+        assert!(c.answer("w").is_none(), "not before it is committed");
+        c.settle();
+        let (at, _, result) = &c.answers[0];
+        assert_eq!(*at, 2, "the origin answers, not the leader");
+        assert!(result.as_ref().unwrap().starts_with(b"at "));
+        assert_eq!(c.requests[&2].stats.forwarded, 1);
+        assert_eq!(c.requests[&1].stats.proposals, 1);
+        assert!(c.requests[&2].is_empty());
+    }
+
+    #[test]
+    fn a_forwarded_request_the_leader_cannot_propose_is_nacked_and_routed_again() {
+        let mut c = Cluster::new();
+        // Replica 3 believes 2 leads (a stale belief): 2 refuses with a NACK, and 3 routes
+        // the request again once it knows the real leader.
+        let env = Envelope {
+            origin: 3,
+            req: 77,
+            client: 0,
+            seq: 0,
+            now_ms: 0,
+            command: b"set y".to_vec(),
+        };
+        c.with(2, |rq, cx| rq.propose_forwarded(env, cx));
+        assert!(matches!(
+            c.frames[0].1,
+            Effect::Nack {
+                to: 3,
+                req: 77,
+                leader: 1
+            }
+        ));
+        // A NACK for a request that is not forwarded changes nothing.
+        c.settle();
+        assert!(c.answers.is_empty());
+        assert_eq!(c.requests[&2].stats.proposals, 0);
+
+        c.submit(3, "set y", false, "y");
+        let req = 3_000;
+        c.requests.get_mut(&3).unwrap().on_nack(req);
+        c.frames.clear(); // the first forward is lost: the leader never saw it
+        c.tick(1);
+        c.settle();
+        assert_eq!(
+            c.answer("y").map(|r| r.is_ok()),
+            Some(true),
+            "routed again, applied once"
+        );
+        assert_eq!(c.requests[&1].stats.proposals, 1);
+    }
+
+    #[test]
+    fn without_a_leader_a_request_waits_then_fails_as_never_applied() {
+        let mut c = Cluster::new();
+        let term = c.rafts[&1].term();
+        // A fresh replica that knows no leader.
+        c.rafts.insert(
+            3,
+            Raft::new(
+                Config {
+                    id: 3,
+                    seed: 7,
+                    ..Config::default()
+                },
+                Bootstrap {
+                    hard_state: HardState {
+                        term,
+                        vote: 0,
+                        commit: 0,
+                    },
+                    conf: ConfState {
+                        voters: vec![1, 2, 3],
+                        learners: vec![],
+                    },
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
+        c.down.push(3);
+        c.submit(3, "set z", false, "z");
+        assert!(c.frames.is_empty(), "nowhere to send it");
+        c.tick(999);
+        assert!(c.answer("z").is_none(), "still waiting for a leader");
+        c.tick(1);
+        assert_eq!(
+            c.answer("z"),
+            Some(&Err(ClientError::Unavailable("no leader".into())))
+        );
+    }
+
+    #[test]
+    fn a_forwarded_request_that_is_never_answered_times_out_with_its_outcome_unknown() {
+        let mut c = Cluster::new();
+        c.submit(2, "set w", false, "w");
+        c.frames.clear(); // lost in transit
+        c.tick(1_000);
+        assert_eq!(c.answer("w"), Some(&Err(ClientError::Timeout)));
+        assert_eq!(c.requests[&2].stats.timeouts, 1);
+    }
+
+    #[test]
+    fn a_read_waits_for_its_read_index_and_never_enters_the_log() {
+        let mut c = Cluster::new();
+        c.submit(1, "set a", false, "w");
+        c.settle();
+        let last = c.rafts[&1].last_index();
+        c.submit(2, "get a", true, "r");
+        c.settle();
+        let got = c.answer("r").unwrap().as_ref().unwrap();
+        let index: u64 = std::str::from_utf8(got).unwrap()[8..].parse().unwrap();
+        assert!(
+            index >= last,
+            "served at read index {index}, the write is at {last}"
+        );
+        assert_eq!(c.rafts[&1].last_index(), last, "no log entry for a read");
+    }
+
+    #[test]
+    fn beyond_the_bound_requests_are_refused_busy() {
+        let mut c = Cluster::new();
+        c.down.extend([1, 2, 3]);
+        for _ in 0..MAX_IN_FLIGHT {
+            c.submit(2, "x", false, "ok");
+        }
+        c.answers.clear();
+        c.submit(2, "x", false, "busy");
+        assert_eq!(c.answer("busy"), Some(&Err(ClientError::Busy)));
+        assert_eq!(c.requests[&2].len(), MAX_IN_FLIGHT);
+        assert_eq!(c.requests[&2].stats.busy, 1);
+    }
+
+    #[test]
+    fn a_large_request_has_a_later_deadline() {
+        let t = Duration::from_secs(1);
+        assert_eq!(request_deadline(t, 0), t);
+        assert_eq!(request_deadline(t, 64 << 20), t + Duration::from_secs(2));
     }
 }

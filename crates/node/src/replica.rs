@@ -26,8 +26,8 @@ use crate::sm::{
 use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
-use waverunner_host::requests::{Cx, Effect, Requests};
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
+use waverunner_host::requests::{Cx, Effect, Requests};
 use waverunner_host::ticks::Replay;
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
@@ -559,11 +559,7 @@ impl<S: StateMachine> Replica<S> {
             addresses,
             // Request ids are unique across restarts: an entry proposed by an earlier
             // incarnation must never answer a request of this one.
-            requests: Requests::new(
-                id,
-                first_req,
-                Duration::from_millis(request_timeout_ms),
-            ),
+            requests: Requests::new(id, first_req, Duration::from_millis(request_timeout_ms)),
             counters: Counters::default(),
             write_latency: Histogram::default(),
             read_latency: Histogram::default(),

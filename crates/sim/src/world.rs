@@ -15,8 +15,8 @@ use waverunner_raft::{
 use crate::checker::{entry_hash, Checker};
 use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
 use crate::rng::Rng;
-use waverunner_host::dataplane::{DataPlaneHost, HostStats};
 use waverunner_fastpath::payload::{Envelope, EnvelopeRef};
+use waverunner_host::dataplane::{DataPlaneHost, HostStats};
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Outcome, Requests};
 use waverunner_host::ticks::Replay;
@@ -151,7 +151,10 @@ enum Packet {
 enum Op {
     Write(u64),
     /// A read, with the read floor when it began.
-    Read { id: u64, floor: Index },
+    Read {
+        id: u64,
+        floor: Index,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -1886,11 +1889,7 @@ impl ReadyIo for SimIo<'_> {
 /// Replica `id`'s requests in incarnation `inc` (ids distinct per incarnation, as the node's
 /// are across restarts).
 fn new_requests(id: NodeId, inc: u64) -> Requests<Op> {
-    Requests::new(
-        id,
-        inc << 40,
-        Duration::from_millis(REQUEST_TIMEOUT_MS),
-    )
+    Requests::new(id, inc << 40, Duration::from_millis(REQUEST_TIMEOUT_MS))
 }
 
 /// Replica `n`'s requests, and what their routing needs of it at `now` (its data plane only
