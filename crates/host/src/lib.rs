@@ -12,6 +12,8 @@
 //!   sync, send, apply, reads), over the replica's storage, network and state machine.
 //! - [`requests`]: client requests from submission to answer: routing to the log, the
 //!   leader or ReadIndex, forwarding, NACKs, retries, deadlines.
+//! - [`membership`]: membership changes proposed as leader, answered when they commit.
+//! - [`snapshots`]: when to snapshot and how far to compact the log (trailing window).
 //! - [`reads`]: reads given a read index, served once the state machine applied it.
 //! - [`ticks`]: the ticks a stalled replica missed, replayed in step with the frames that
 //!   arrived meanwhile.
@@ -19,9 +21,11 @@
 #![deny(missing_docs)]
 
 pub mod dataplane;
+pub mod membership;
 pub mod reads;
 pub mod ready;
 pub mod requests;
+pub mod snapshots;
 pub mod ticks;
 
 /// The time of an event: how long after the caller's fixed origin it happened. The node uses

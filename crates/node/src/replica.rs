@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use waverunner_fastpath::payload;
 use waverunner_raft::{
     Bytes, ConfChange, Config as RaftConfig, DataPlaneState, Entry, EntryKind, HardState, Message,
-    ProposeError, Raft, ReadMode, Ready, Role, Snapshot,
+    Raft, ReadMode, Ready, Role, Snapshot,
 };
 use waverunner_storage::Storage;
 
@@ -26,8 +26,10 @@ use crate::sm::{
 use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
+use waverunner_host::membership::Membership;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Requests};
+use waverunner_host::snapshots::Compaction;
 use waverunner_host::ticks::Replay;
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
@@ -53,14 +55,6 @@ fn free_off_loop(b: Option<waverunner_raft::Bytes>) {
 
 /// The most ticks an idle loop sleeps through (the status it publishes is at most this old).
 const MAX_IDLE_TICKS: u32 = 10;
-
-/// A snapshot waits until the entries since the last one hold at least 1/`LOG_SHARE` of the
-/// state's size (besides `snapshot_entries` or `snapshot_bytes`): snapshot work stays at most
-/// `LOG_SHARE` times what is written, and the log (two such periods, the trailing window
-/// included, at about 1.5 bytes of memory per byte of entry) adds at most about a fifth to the
-/// state's memory. A quarter let the log hold 70–140 bytes per 100-byte key at a million keys,
-/// 1.8× Redis's memory per key in all (docs/bench.md, bench scale).
-const LOG_SHARE: u64 = 16;
 
 /// A ready batch that takes longer than this to persist, send and apply is logged and counted
 /// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
@@ -119,94 +113,7 @@ pub enum AdminCmd {
     },
 }
 
-/// Why an admin command failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AdminError {
-    /// This replica does not lead; `leader` is the one it knows (0: none). Ask there.
-    NotLeader {
-        /// The known leader, 0 if none.
-        leader: u64,
-    },
-    /// Another membership change is not committed yet (one at a time): retry.
-    ChangePending,
-    /// The leader has not committed an entry of its term yet: retry in a moment.
-    NotCommittedInTerm,
-    /// Too few voters would be up and caught up after the change.
-    WouldLoseQuorum,
-    /// The change does not apply (already a member, not a member, a removed id, …).
-    Invalid(String),
-    /// A hand-off or a leader transfer is in progress: retry.
-    Retry(String),
-    /// The change was proposed but not committed in time: it may still commit.
-    Timeout,
-    /// The change was proposed but another entry took its place (leadership changed): it
-    /// will never commit.
-    Lost,
-    /// Too many events queued: retry.
-    Busy,
-    /// The replica is stopping.
-    ShuttingDown,
-}
-
-impl AdminError {
-    /// A short, stable reason (`"not leader"`, `"change pending"`, …) for callers to match.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            AdminError::NotLeader { .. } => "not leader",
-            AdminError::ChangePending => "change pending",
-            AdminError::NotCommittedInTerm => "not committed in term",
-            AdminError::WouldLoseQuorum => "would lose quorum",
-            AdminError::Invalid(_) => "invalid",
-            AdminError::Retry(_) => "retry",
-            AdminError::Timeout => "timeout",
-            AdminError::Lost => "lost",
-            AdminError::Busy => "busy",
-            AdminError::ShuttingDown => "shutting down",
-        }
-    }
-
-    /// Whether the same command may simply be sent again (to the same replica or, for
-    /// `not leader`, to the leader it names).
-    pub fn retriable(&self) -> bool {
-        !matches!(self, AdminError::Invalid(_) | AdminError::WouldLoseQuorum)
-    }
-}
-
-impl std::fmt::Display for AdminError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AdminError::NotLeader { leader: 0 } => write!(f, "not leader (no leader known)"),
-            AdminError::NotLeader { leader } => write!(f, "not leader (the leader is {leader})"),
-            AdminError::ChangePending => {
-                write!(
-                    f,
-                    "change pending: another membership change is not committed yet"
-                )
-            }
-            AdminError::NotCommittedInTerm => {
-                write!(f, "not committed in term: the new leader has not committed an entry of its term yet")
-            }
-            AdminError::WouldLoseQuorum => write!(
-                f,
-                "would lose quorum: too few voters would be up and caught up after the change"
-            ),
-            AdminError::Invalid(why) => write!(f, "invalid: {why}"),
-            AdminError::Retry(why) => write!(f, "retry: {why}"),
-            AdminError::Timeout => write!(
-                f,
-                "timeout: proposed but not committed in time (it may still commit)"
-            ),
-            AdminError::Lost => write!(
-                f,
-                "lost: leadership changed before the change committed (it never will)"
-            ),
-            AdminError::Busy => write!(f, "busy: replica queue full, retry"),
-            AdminError::ShuttingDown => write!(f, "shutting down"),
-        }
-    }
-}
-
-impl std::error::Error for AdminError {}
+pub use waverunner_host::membership::AdminError;
 
 /// Called once with the result of an admin command: the index of the committed change (0 for
 /// a leader transfer, which is answered once started).
@@ -409,14 +316,6 @@ pub fn wall_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A membership change proposed for an admin command, answered when its entry commits.
-struct PendingAdmin {
-    index: u64,
-    term: u64,
-    reply: AdminReply,
-    deadline: Instant,
-}
-
 /// A fatal error of the replica loop (storage failed): the replica stops.
 #[derive(Debug)]
 pub struct Fatal(pub String);
@@ -446,7 +345,7 @@ pub struct Replica<S: StateMachine> {
     /// newest one, the commit index seen).
     ready_st: ReadyState,
     /// Membership changes waiting for their entry to commit.
-    admin_pending: Vec<PendingAdmin>,
+    admin_pending: Membership<AdminReply>,
     /// The addresses the transport talks to: configured peers, the replicated address book,
     /// and addresses peers advertised (for ids known no other way).
     peer_addrs: BTreeMap<u64, SocketAddr>,
@@ -465,12 +364,8 @@ pub struct Replica<S: StateMachine> {
     snap_job: Option<SnapJob>,
     /// A leader's snapshot a background thread is decoding into a new state, if any.
     restoring: Option<Restore<S>>,
-    /// The newest snapshot written, not yet the log's compaction point: the log is compacted
-    /// to the one before it, so it keeps a trailing window of at least `snapshot_entries`
-    /// entries that a briefly lagging follower catches up from instead of a snapshot.
-    snap_next: Option<Snapshot>,
-    /// Entry bytes applied since the last snapshot started (compaction by size).
-    snap_bytes: u64,
+    /// When to snapshot, the newest snapshot and the trailing window of the log.
+    compaction: Compaction,
     /// Writes snapshot files off the loop.
     snap_files: waverunner_storage::SnapshotFiles,
     /// `POST /snapshot` requests waiting for the next snapshot to start.
@@ -533,6 +428,7 @@ impl<S: StateMachine> Replica<S> {
         // A leader's snapshot is received into a file, never whole in memory.
         raft.set_snapshot_sink(snap_files.sink());
         let (id, request_timeout_ms) = (cfg.id, cfg.request_timeout_ms);
+        let (snapshot_entries, snapshot_bytes) = (cfg.snapshot_entries, cfg.snapshot_bytes);
         let first_req = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
@@ -565,7 +461,7 @@ impl<S: StateMachine> Replica<S> {
             read_latency: Histogram::default(),
             role,
             ready_st: ReadyState::new(persisted_hard),
-            admin_pending: Vec::new(),
+            admin_pending: Membership::new(Duration::from_millis(request_timeout_ms.max(1_000))),
             peer_addrs,
             dp_wake: dp
                 .as_ref()
@@ -575,8 +471,7 @@ impl<S: StateMachine> Replica<S> {
             sw_latency: SoftwareLatency::default(),
             housekeeping: (Instant::now(), 0),
             snap_job: None,
-            snap_next: None,
-            snap_bytes: 0,
+            compaction: Compaction::new(snapshot_entries, snapshot_bytes),
             snap_files,
             snap_waiters: Vec::new(),
             snap_status: Default::default(),
@@ -803,9 +698,8 @@ impl<S: StateMachine> Replica<S> {
         let now = self.now();
         self.requests.fail_all(ClientError::ShuttingDown, now);
         self.flush_requests();
-        for p in self.admin_pending.drain(..) {
-            (p.reply)(Err(AdminError::ShuttingDown));
-        }
+        self.admin_pending.fail_all(AdminError::ShuttingDown);
+        self.answer_admin();
         self.publish();
         Ok(())
     }
@@ -836,7 +730,7 @@ impl<S: StateMachine> Replica<S> {
                     tracing::info!("node {}: transferring leadership to {id}", self.cfg.id);
                     reply(Ok(0));
                 }
-                Err(e) => reply(Err(admin_error(e))),
+                Err(e) => reply(Err(e.into())),
             },
             AdminCmd::AddLearner { id, raft, client } => {
                 let rec = MemberRecord { id, raft, client };
@@ -854,82 +748,57 @@ impl<S: StateMachine> Replica<S> {
     /// not in the address book yet; answers once the change commits.
     fn propose_change(&mut self, cc: ConfChange, rec: Option<MemberRecord>, reply: AdminReply) {
         let id = cc.node();
-        if self.raft.role() != Role::Leader {
-            return reply(Err(AdminError::NotLeader {
-                leader: self.raft.leader(),
-            }));
-        }
-        if self.state.removed.contains(&id) {
-            return reply(Err(AdminError::Invalid(format!(
-                "node {id} was removed from the group; a removed id is never reused"
-            ))));
-        }
-        let conf = self.raft.conf_state().clone();
-        if conf.apply(cc).is_none() {
-            return reply(Err(AdminError::Invalid(format!(
-                "{cc:?} does not apply to voters {:?}, learners {:?}",
-                conf.voters, conf.learners
-            ))));
-        }
-        let known =
-            self.state.members.contains_key(&id) || self.cfg.peers.iter().any(|p| p.id == id);
-        if let ConfChange::AddLearner(_) | ConfChange::AddVoter(_) = cc {
-            match &rec {
-                Some(r) => {
-                    let book = MemberAddrs {
-                        raft: r.raft,
-                        client: r.client,
-                    };
-                    if self.state.members.get(&id) != Some(&book) {
-                        // The address goes first: whoever has the change has the address.
-                        if let Err(e) = self.raft.propose(r.encode()) {
-                            return reply(Err(admin_error(e)));
-                        }
-                    }
+        let (state, peers) = (&self.state, &self.cfg.peers);
+        let record = || match &rec {
+            Some(r) if matches!(cc, ConfChange::AddLearner(_) | ConfChange::AddVoter(_)) => {
+                let book = MemberAddrs {
+                    raft: r.raft,
+                    client: r.client,
+                };
+                Ok((state.members.get(&id) != Some(&book)).then(|| r.encode()))
+            }
+            None if matches!(cc, ConfChange::AddLearner(_) | ConfChange::AddVoter(_))
+                && !state.members.contains_key(&id)
+                && !peers.iter().any(|p| p.id == id) =>
+            {
+                Err(AdminError::Invalid(format!(
+                    "the address of node {id} is unknown: give \"raft\" (and \"client\")"
+                )))
+            }
+            _ => Ok(None),
+        };
+        let removed = self.state.removed.contains(&id);
+        let now = self.now();
+        match self
+            .admin_pending
+            .propose(&mut self.raft, cc, removed, record, reply, now)
+        {
+            Ok(index) => {
+                if let Some(r) = &rec {
                     // The leader replicates to the new member from the moment it appends.
                     self.learn_addr(id, r.raft, true);
                 }
-                None if !known => {
-                    return reply(Err(AdminError::Invalid(format!(
-                        "the address of node {id} is unknown: give \"raft\" (and \"client\")"
-                    ))));
-                }
-                None => {}
-            }
-        }
-        match self.raft.propose_conf_change(cc) {
-            Ok(index) => {
                 self.counters.membership_changes += 1;
                 tracing::info!(
                     "node {}: proposed {cc:?} at index {index} in term {}",
                     self.cfg.id,
                     self.raft.term()
                 );
-                self.admin_pending.push(PendingAdmin {
-                    index,
-                    term: self.raft.term(),
-                    reply,
-                    deadline: Instant::now()
-                        + Duration::from_millis(self.cfg.request_timeout_ms.max(1_000)),
-                });
             }
-            Err(e) => reply(Err(admin_error(e))),
+            Err((e, reply)) => reply(Err(e)),
         }
     }
 
-    /// Answers the admin command waiting for the entry at `e.index`, now committed.
-    fn resolve_admin(&mut self, e: &Entry) {
-        let Some(i) = self.admin_pending.iter().position(|p| p.index == e.index) else {
-            return;
-        };
-        let p = self.admin_pending.swap_remove(i);
-        if p.term == e.term && e.kind == EntryKind::ConfChange {
+    /// Answers the admin commands whose changes committed, were lost or timed out.
+    fn answer_admin(&mut self) {
+        let answers = self.admin_pending.take_answers();
+        if answers.iter().any(|(_, r)| r.is_ok()) {
             // Who asked reads `/status` next (`waverunner member` prints the membership): the
             // configuration in force already includes the change.
             self.publish();
-            (p.reply)(Ok(e.index));
-        } else {
-            (p.reply)(Err(AdminError::Lost));
+        }
+        for (reply, r) in answers {
+            reply(r);
         }
     }
 
@@ -1055,16 +924,8 @@ impl<S: StateMachine> Replica<S> {
         for _ in 0..ticks {
             self.raft.tick();
         }
-        let now = Instant::now();
-        let mut k = 0;
-        while k < self.admin_pending.len() {
-            if self.admin_pending[k].deadline <= now {
-                let p = self.admin_pending.swap_remove(k);
-                (p.reply)(Err(AdminError::Timeout));
-            } else {
-                k += 1;
-            }
-        }
+        self.admin_pending.on_tick(self.now());
+        self.answer_admin();
         let mut cx = cx!(self);
         self.requests.on_tick(&mut cx);
         self.flush_requests();
@@ -1146,9 +1007,10 @@ impl<S: StateMachine> Replica<S> {
                 self.cfg.id
             );
             self.counters.applied_entries += 1;
-            self.snap_bytes += e.data.len() as u64;
+            self.compaction.applied(e.data.len() as u64);
             if !self.admin_pending.is_empty() {
-                self.resolve_admin(e);
+                self.admin_pending.on_applied(e);
+                self.answer_admin();
             }
             if e.kind == EntryKind::ConfChange {
                 match ConfChange::decode(&e.data) {
@@ -1290,23 +1152,18 @@ impl<S: StateMachine> Replica<S> {
             return Ok(());
         }
         let applied = self.state.applied;
-        let base = self
-            .snap_next
-            .as_ref()
-            .map_or(self.raft.first_index() - 1, |s| s.meta.index);
-        // A snapshot costs O(state): after `snapshot_entries` entries or `snapshot_bytes`
-        // bytes only once the entries hold a [`LOG_SHARE`] of the state's size too, so the
-        // work stays proportional to what is written (a million keys snapshotted every 10 000
-        // writes kept both cores busy and the load ended in elections).
-        let amortized = self.snap_bytes >= self.state.sm.used_memory() / LOG_SHARE;
-        let due = ((applied >= base + self.cfg.snapshot_entries
-            || self.snap_bytes >= self.cfg.snapshot_bytes)
-            && amortized)
+        let base = self.compaction.base(&self.raft);
+        let due = self
+            .compaction
+            .due(&self.raft, applied, self.state.sm.used_memory())
             || !self.snap_waiters.is_empty();
         if !due {
             return Ok(());
         }
-        let Some(meta) = self.raft.snapshot_meta(applied) else {
+        let meta = (applied > base)
+            .then(|| self.raft.snapshot_meta(applied))
+            .flatten();
+        let Some(meta) = meta else {
             // Nothing applied since the last one: that one answers who asked.
             for w in self.snap_waiters.drain(..) {
                 w(Ok(base));
@@ -1336,7 +1193,7 @@ impl<S: StateMachine> Replica<S> {
             tracing::error!("cannot start a snapshot thread: {e}");
             return Ok(());
         }
-        self.snap_bytes = 0;
+        self.compaction.started();
         self.snap_status.in_progress = true;
         self.snap_job = Some(SnapJob {
             index: applied,
@@ -1387,15 +1244,9 @@ impl<S: StateMachine> Replica<S> {
                 snap.data.len(),
                 took.as_millis()
             );
-            if let Some(prev) = self.snap_next.replace(snap) {
-                if prev.meta.index > self.raft.snapshot_index() {
-                    // The core drops the snapshot it held; the last reference is freed off the
-                    // loop (unmapping hundreds of megabytes took the loop 100–350 ms).
-                    let old = self.raft.snapshot().map(|s| s.data.clone());
-                    let _ = self.raft.compact(prev.meta.index, prev.data);
-                    free_off_loop(old);
-                }
-            }
+            // The core drops the snapshot it held; the last reference is freed off the loop
+            // (unmapping hundreds of megabytes took the loop 100–350 ms).
+            free_off_loop(self.compaction.taken(&mut self.raft, snap));
         }
         // Who asked reads `/status` next: it shows this snapshot.
         self.publish();
@@ -1514,25 +1365,6 @@ impl<S: StateMachine> Replica<S> {
         }
         out.sort_by_key(|m| m.id);
         out
-    }
-}
-
-fn admin_error(e: ProposeError) -> AdminError {
-    match e {
-        ProposeError::NotLeader { leader } => AdminError::NotLeader { leader },
-        ProposeError::Retry => AdminError::Retry("the data plane is being handed over".into()),
-        ProposeError::TransferInProgress => {
-            AdminError::Retry("a leader transfer is in progress".into())
-        }
-        ProposeError::ConfChangePending => AdminError::ChangePending,
-        ProposeError::NotCommittedInTerm => AdminError::NotCommittedInTerm,
-        ProposeError::InvalidConfChange => {
-            AdminError::Invalid("the change does not apply to the configuration".into())
-        }
-        ProposeError::WouldLoseQuorum => AdminError::WouldLoseQuorum,
-        ProposeError::InvalidTransferTarget => AdminError::Invalid(
-            "the transfer target is not a voter that can lead (caught up, not recovering)".into(),
-        ),
     }
 }
 
@@ -1758,14 +1590,7 @@ impl<S: StateMachine> ReadyIo for Replica<S> {
             .save_snapshot(snap)
             .map_err(|e| format!("storage: {e}"))?;
         self.start_restore(snap);
-        if self
-            .snap_next
-            .as_ref()
-            .is_some_and(|n| n.meta.index <= snap.meta.index)
-        {
-            self.snap_next = None;
-        }
-        self.snap_bytes = 0;
+        self.compaction.installed(snap.meta.index);
         Ok(())
     }
 

@@ -97,6 +97,12 @@ pub enum CompactError {
     AlreadyCompacted,
     /// The index is beyond the applied index.
     NotApplied,
+    /// The leader is sending its current snapshot to `to`, and the transfer is progressing:
+    /// compact once it is done (or stalls).
+    InTransfer {
+        /// The follower receiving it.
+        to: NodeId,
+    },
 }
 
 macro_rules! display_via_debug {

@@ -114,6 +114,9 @@ pub struct Progress {
     /// Snapshot: what the follower said last (less than `snap_acked` if it lost its prefix,
     /// or if answers were reordered).
     pub snap_reported: u64,
+    /// Snapshot: the leader tick at which the transfer started or last made progress (a
+    /// transfer that progressed within an election timeout holds off compaction).
+    pub snap_progress_tick: u64,
     /// Heard from since the last check-quorum round.
     pub recent_active: bool,
     /// Leader tick at which it was last heard from (lease reads).
@@ -147,6 +150,7 @@ impl Progress {
             snap_sent: 0,
             snap_acked: 0,
             snap_reported: 0,
+            snap_progress_tick: 0,
             recent_active: false,
             last_active_tick: None,
             recovering: false,
@@ -164,6 +168,7 @@ impl Progress {
         self.snap_sent = 0;
         self.snap_acked = 0;
         self.snap_reported = 0;
+        self.snap_progress_tick = 0;
         self.inflights.reset();
     }
 
@@ -186,9 +191,10 @@ impl Progress {
     }
 
     /// A snapshot at `index` was sent.
-    pub fn become_snapshot(&mut self, index: Index) {
+    pub fn become_snapshot(&mut self, index: Index, now: u64) {
         self.reset_state(ProgressState::Snapshot);
         self.pending_snapshot = index;
+        self.snap_progress_tick = now;
     }
 
     /// Whether the leader must not send now.

@@ -1858,6 +1858,9 @@ impl Raft {
         if index > self.log.applied() {
             return Err(CompactError::NotApplied);
         }
+        if let Some(to) = self.snapshot_in_transfer() {
+            return Err(CompactError::InTransfer { to });
+        }
         let term = self.log.term(index).expect("applied entries are in memory");
         let conf = self.conf_at(index);
         self.log.compact(Snapshot {

@@ -142,6 +142,29 @@ impl Incoming {
 }
 
 impl Raft {
+    /// Leader: a follower receiving the current snapshot whose transfer started or made
+    /// progress within three election timeouts, if any. Compacting then would replace the
+    /// snapshot under the transfer and start it over: a follower slower to receive a snapshot
+    /// than the leader was to take the next one never caught up (simulator seed 1532, 3
+    /// nodes, memory, data plane off). A stalled transfer (a dead follower) holds nothing.
+    pub fn snapshot_in_transfer(&self) -> Option<NodeId> {
+        if self.role != crate::types::Role::Leader {
+            return None;
+        }
+        let current = self.log.snapshot_index();
+        // Longer than the resend timer (a lost piece costs half an election timeout of
+        // heartbeat answers), short enough that a dead follower holds the log briefly.
+        let window = 3 * u64::from(self.cfg.election_tick);
+        self.prs
+            .iter()
+            .find(|(_, pr)| {
+                pr.state == ProgressState::Snapshot
+                    && pr.pending_snapshot == current
+                    && self.now.saturating_sub(pr.snap_progress_tick) <= window
+            })
+            .map(|(&id, _)| id)
+    }
+
     /// Leader: starts sending its snapshot to `to` (which needs entries the log no longer has).
     pub(crate) fn start_snapshot(&mut self, to: NodeId) -> bool {
         let Some(index) = self.log.snapshot().map(|s| s.meta.index) else {
@@ -150,7 +173,7 @@ impl Raft {
         let Some(pr) = self.prs.get_mut(&to) else {
             return false;
         };
-        pr.become_snapshot(index);
+        pr.become_snapshot(index, self.now);
         self.counters.snapshots_sent += 1;
         self.send_snapshot_window(to);
         true
@@ -171,7 +194,7 @@ impl Raft {
         }
         if pr.pending_snapshot != snap.meta.index {
             // Compacted again meanwhile: the older snapshot is gone, send the newer one.
-            pr.become_snapshot(snap.meta.index);
+            pr.become_snapshot(snap.meta.index, self.now);
             self.counters.snapshots_sent += 1;
         }
         let total = snap.data.len() as u64;
@@ -214,6 +237,7 @@ impl Raft {
         let received = received.min(total);
         pr.snap_reported = received;
         if received > pr.snap_acked {
+            pr.snap_progress_tick = self.now;
             pr.snap_acked = received;
             pr.snap_sent = pr.snap_sent.max(received);
             pr.snapshot_wait = 0;

@@ -17,8 +17,10 @@ use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
 use crate::rng::Rng;
 use waverunner_fastpath::payload::{Envelope, EnvelopeRef};
 use waverunner_host::dataplane::{DataPlaneHost, HostStats};
+use waverunner_host::membership::Membership;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Outcome, Requests};
+use waverunner_host::snapshots::Compaction;
 use waverunner_host::ticks::Replay;
 
 /// One simulated millisecond: the Raft tick.
@@ -285,9 +287,14 @@ struct Node {
     removed: bool,
     /// Client requests from submission to answer: the host's routing, as the node's.
     requests: Requests<Op>,
+    /// Membership changes this replica proposed as leader, until committed (the host's).
+    membership: Membership<ConfChange>,
     poll_pending: bool,
     /// What the host's ready handling remembers between batches (per incarnation).
     ready_st: ReadyState,
+    /// When to snapshot and how far to compact (the host's policy; per replica, a snapshot
+    /// every 40 to 200 entries).
+    compaction: Compaction,
     compact_every: u64,
 }
 
@@ -473,8 +480,10 @@ impl World {
             stalled: Vec::new(),
             removed: false,
             requests: new_requests(id, 1),
+            membership: Membership::new(Duration::from_millis(REQUEST_TIMEOUT_MS)),
             poll_pending: false,
             ready_st: ReadyState::default(),
+            compaction: Compaction::new(compact_every, u64::MAX),
             compact_every,
         };
         for n in self.nodes.values_mut() {
@@ -577,6 +586,11 @@ impl World {
                     // Requests past their deadline fail, those waiting for a leader are
                     // routed again (the node's loop, every tick).
                     let (dp, at) = (self.opts.dataplane, self.now_time());
+                    let n = self.nodes.get_mut(&id).unwrap();
+                    n.membership.on_tick(at);
+                    for (cc, r) in n.membership.take_answers() {
+                        self.trace(|| format!("node {id}: {cc:?} not committed: {r:?}"));
+                    }
                     let n = self.nodes.get_mut(&id).unwrap();
                     let (rq, mut cx) = cx(n, dp, at);
                     rq.on_tick(&mut cx);
@@ -962,12 +976,20 @@ impl World {
             }
             let raft = n.raft.as_mut().expect("live node");
 
-            // Compaction, as a host would after applying.
-            if n.sm.applied >= raft.first_index() + n.compact_every {
-                let at = n.sm.applied;
-                if raft.compact(at, n.sm.encode()).is_ok() {
-                    n.disk.snapshot = raft.snapshot().cloned();
+            // A snapshot when the host's policy says so (taken at once: the simulated state
+            // is small); the disk keeps the newest, the core a trailing window.
+            let at = n.sm.applied;
+            let state_bytes = 16 + 8 * n.sm.writes.len() as u64;
+            if at > n.compaction.base(raft) && n.compaction.due(raft, at, state_bytes) {
+                if let Some(meta) = raft.snapshot_meta(at) {
+                    n.compaction.started();
+                    let snap = Snapshot {
+                        meta,
+                        data: n.sm.encode().into(),
+                    };
+                    n.disk.snapshot = Some(snap.clone());
                     n.disk.entries.retain(|e| e.index > at);
+                    n.compaction.taken(raft, snap);
                 }
             }
             let inc = n.incarnation;
@@ -1173,8 +1195,10 @@ impl World {
         n.paused = false;
         n.stalled.clear();
         let old_requests = std::mem::replace(&mut n.requests, new_requests(id, n.incarnation));
+        n.membership = Membership::new(Duration::from_millis(REQUEST_TIMEOUT_MS));
         n.poll_pending = false;
         n.sm = Sm::default();
+        n.compaction = Compaction::new(n.compact_every, u64::MAX);
         if lose_log {
             n.disk.entries.clear();
             n.disk.snapshot = None;
@@ -1491,8 +1515,7 @@ impl World {
                     self.membership = MembershipOp::AddingLearner(id);
                     self.stats.membership_changes += 1;
                 } else if conf.voters.contains(&v) {
-                    let _ = self.raft_mut(l).propose_conf_change(ConfChange::Remove(v));
-                    self.drive(l);
+                    self.propose_change(l, ConfChange::Remove(v));
                 }
             }
             MembershipOp::AddingLearner(id) => {
@@ -1504,10 +1527,7 @@ impl World {
                         self.membership = MembershipOp::Promoting(id);
                     }
                 } else if !conf.learners.contains(&id) && !conf.voters.contains(&id) {
-                    let _ = self
-                        .raft_mut(l)
-                        .propose_conf_change(ConfChange::AddLearner(id));
-                    self.drive(l);
+                    self.propose_change(l, ConfChange::AddLearner(id));
                 }
             }
             MembershipOp::Promoting(id) => {
@@ -1516,14 +1536,26 @@ impl World {
                     self.stats.membership_changes += 1;
                     return;
                 } else if !conf.voters.contains(&id) {
-                    let _ = self
-                        .raft_mut(l)
-                        .propose_conf_change(ConfChange::AddVoter(id));
-                    self.drive(l);
+                    self.propose_change(l, ConfChange::AddVoter(id));
                 }
             }
         }
         self.schedule(2 * TICK_US, Ev::Membership);
+    }
+
+    /// The leader `l` proposes `cc` through its host, as the node does for an admin command.
+    fn propose_change(&mut self, l: NodeId, cc: ConfChange) {
+        let removed = self.nodes.get(&cc.node()).is_some_and(|n| n.removed);
+        let now = self.now_time();
+        let n = self.nodes.get_mut(&l).unwrap();
+        let raft = n.raft.as_mut().expect("live leader");
+        if let Err((e, _)) = n
+            .membership
+            .propose(raft, cc, removed, || Ok(None), cc, now)
+        {
+            self.trace(|| format!("node {l}: {cc:?} not proposed: {e}"));
+        }
+        self.drive(l);
     }
 
     // --------------------------------------------------------------- liveness
@@ -1542,7 +1574,11 @@ impl World {
             return format!("no leader; {}", self.describe());
         };
         if self.membership != MembershipOp::Idle {
-            return format!("membership change {:?} unfinished", self.membership);
+            return format!(
+                "membership change {:?} unfinished; {}",
+                self.membership,
+                self.describe()
+            );
         }
         let r = self.nodes[&l].raft.as_ref().unwrap();
         if self.opts.dataplane && !matches!(r.dataplane_state(), DataPlaneState::On { .. }) {
@@ -1793,6 +1829,7 @@ impl ReadyIo for SimIo<'_> {
         n.disk.snapshot = Some(s.clone());
         n.sm = Sm::decode(&s.data);
         assert_eq!(n.sm.applied, s.meta.index, "snapshot state at its index");
+        n.compaction.installed(s.meta.index);
         self.stats.snapshots_installed += 1;
         Ok(())
     }
@@ -1840,6 +1877,24 @@ impl ReadyIo for SimIo<'_> {
             self.checker
                 .on_decided(now, id, e.index, e.term, entry_hash(e.kind, &e.data));
             n.sm.apply(e);
+            n.compaction.applied(e.data.len() as u64);
+            // The change this replica proposed as leader is answered: committed only if this
+            // entry is that change.
+            n.membership.on_applied(e);
+            for (cc, r) in n.membership.take_answers() {
+                let applied = (e.kind == EntryKind::ConfChange)
+                    .then(|| ConfChange::decode(&e.data))
+                    .flatten();
+                if r.is_ok() && applied != Some(cc) {
+                    self.checker.report(
+                        now,
+                        format!(
+                            "node {id}: {cc:?} answered as committed at {}, which holds {applied:?}",
+                            e.index
+                        ),
+                    );
+                }
+            }
             // The entry's origin answers its client (the host's requests, as in the node).
             let Ok(env) = EnvelopeRef::parse(&e.data, usize::MAX) else {
                 continue;
