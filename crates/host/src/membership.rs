@@ -104,6 +104,9 @@ impl From<ProposeError> for AdminError {
         match e {
             ProposeError::NotLeader { leader } => AdminError::NotLeader { leader },
             ProposeError::Retry => AdminError::Retry("the data plane is being handed over".into()),
+            ProposeError::Busy => {
+                AdminError::Retry("the leader holds too many uncommitted entries".into())
+            }
             ProposeError::TransferInProgress => {
                 AdminError::Retry("a leader transfer is in progress".into())
             }
@@ -245,5 +248,133 @@ impl<T> Membership<T> {
     /// The answers due, in order.
     pub fn take_answers(&mut self) -> Vec<(T, Result<u64, AdminError>)> {
         std::mem::take(&mut self.answers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waverunner_raft::{Bootstrap, ConfState, Config, HardState};
+
+    fn single_leader() -> Raft {
+        let mut r = Raft::new(
+            Config {
+                id: 1,
+                seed: 1,
+                ..Config::default()
+            },
+            Bootstrap {
+                hard_state: HardState::default(),
+                conf: ConfState {
+                    voters: vec![1],
+                    learners: vec![],
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        r.campaign();
+        commit(&mut r);
+        assert_eq!(r.role(), Role::Leader);
+        r
+    }
+
+    /// Runs the core's ready batches; the entries it committed.
+    fn commit(r: &mut Raft) -> Vec<Entry> {
+        let mut out = Vec::new();
+        while r.has_ready() {
+            out.extend(r.ready().committed_entries);
+            r.advance();
+        }
+        out
+    }
+
+    #[test]
+    fn a_change_is_answered_when_its_entry_commits() {
+        let mut r = single_leader();
+        let mut m = Membership::new(Duration::from_secs(1));
+        let record = || Ok(Some(b"address of 2".to_vec()));
+        let index = m
+            .propose(&mut r, ConfChange::AddLearner(2), false, record, "add", Time::ZERO)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert!(!m.is_empty());
+        let entries = commit(&mut r);
+        assert_eq!(entries[entries.len() - 2].data.as_ref(), b"address of 2", "first");
+        for e in &entries {
+            m.on_applied(e);
+        }
+        assert_eq!(m.take_answers(), vec![("add", Ok(index))]);
+        assert!(m.is_empty());
+    }
+
+    #[test]
+    fn a_change_that_cannot_be_proposed_is_refused_with_its_reason() {
+        let mut r = single_leader();
+        let mut m = Membership::new(Duration::from_secs(1));
+        let none = || Ok(None);
+        let err = |r: Result<u64, (AdminError, &str)>| r.unwrap_err().0;
+        assert!(matches!(
+            err(m.propose(&mut r, ConfChange::AddLearner(2), true, none, "x", Time::ZERO)),
+            AdminError::Invalid(why) if why.contains("never reused")
+        ));
+        assert!(matches!(
+            err(m.propose(&mut r, ConfChange::Remove(7), false, none, "x", Time::ZERO)),
+            AdminError::Invalid(_)
+        ));
+        let refuse = || Err(AdminError::Invalid("no address".into()));
+        assert_eq!(
+            err(m.propose(&mut r, ConfChange::AddLearner(2), false, refuse, "x", Time::ZERO)),
+            AdminError::Invalid("no address".into())
+        );
+        assert_eq!(r.last_index(), 1, "nothing proposed");
+        let mut follower = Raft::new(
+            Config {
+                id: 2,
+                ..Config::default()
+            },
+            Bootstrap {
+                conf: ConfState {
+                    voters: vec![1, 2],
+                    learners: vec![],
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            err(m.propose(&mut follower, ConfChange::Remove(1), false, none, "x", Time::ZERO)),
+            AdminError::NotLeader { leader: 0 }
+        );
+    }
+
+    #[test]
+    fn a_change_not_committed_in_time_times_out_and_one_overwritten_is_lost() {
+        let mut r = single_leader();
+        let mut m = Membership::new(Duration::from_secs(1));
+        let none = || Ok(None);
+        let index = m
+            .propose(&mut r, ConfChange::AddLearner(2), false, none, "slow", Time::ZERO)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        m.on_tick(Duration::from_millis(999));
+        assert!(m.take_answers().is_empty());
+        m.on_tick(Duration::from_secs(1));
+        assert_eq!(m.take_answers(), vec![("slow", Err(AdminError::Timeout))]);
+
+        commit(&mut r); // committed after its answer: nobody waits for it any more
+        let lost = m
+            .propose(&mut r, ConfChange::AddLearner(3), false, none, "lost", Time::ZERO)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert!(lost > index);
+        let other = Entry {
+            index: lost,
+            term: r.term() + 1,
+            kind: EntryKind::Normal,
+            data: Default::default(),
+        };
+        m.on_applied(&other);
+        assert_eq!(m.take_answers(), vec![("lost", Err(AdminError::Lost))]);
     }
 }

@@ -325,6 +325,7 @@ impl<T> Requests<T> {
                 }
                 Err(
                     ProposeError::Retry
+                    | ProposeError::Busy
                     | ProposeError::TransferInProgress
                     | ProposeError::NotLeader { .. },
                 ) => self.retry.push(id),

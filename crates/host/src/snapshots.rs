@@ -67,8 +67,8 @@ impl Compaction {
     }
 
     /// A snapshot was written: it is the newest, and the core is compacted to the one before
-    /// it (the trailing window), unless a transfer of the core's snapshot is progressing (then
-    /// at the next one). Returns the data of the snapshot the core dropped, for the caller to
+    /// it (the trailing window) — or to it, if the window would span two periods or more —
+    /// unless a transfer of the core's snapshot is progressing (then at the next one). Returns the data of the snapshot the core dropped, for the caller to
     /// free (unmapping hundreds of megabytes is slow: the node frees it off its loop).
     pub fn taken(&mut self, raft: &mut Raft, snap: Snapshot) -> Option<Bytes> {
         assert!(
@@ -77,12 +77,25 @@ impl Compaction {
                 .is_none_or(|n| n.meta.index < snap.meta.index),
             "snapshots are taken in index order"
         );
-        let prev = self.next.replace(snap)?;
-        if prev.meta.index <= raft.snapshot_index() {
-            return None;
-        }
+        let prev = self
+            .next
+            .replace(snap)
+            .filter(|p| p.meta.index > raft.snapshot_index());
+        let newest = self.next.as_ref().expect("just set").meta.index;
+        let floor = prev
+            .as_ref()
+            .map_or(raft.snapshot_index(), |p| p.meta.index);
+        let to = if newest >= floor + 2 * self.entries {
+            // The window from the one before would hold two periods or more (the first
+            // snapshot after replaying a long log, or after applying a long run of entries
+            // committed at once): to the newest, so that the log never holds much more than
+            // two periods (a new member replayed 1 300 entries from such a window).
+            self.next.take().expect("just set")
+        } else {
+            prev?
+        };
         let old = raft.snapshot().map(|s| s.data.clone());
-        raft.compact(prev.meta.index, prev.data).ok().and(old)
+        raft.compact(to.meta.index, to.data).ok().and(old)
     }
 
     /// The leader's snapshot at `index` was installed: it supersedes an older one of ours.
@@ -96,5 +109,123 @@ impl Compaction {
     /// The newest snapshot written, if the core is not compacted to it.
     pub fn newest(&self) -> Option<&Snapshot> {
         self.next.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waverunner_raft::{Bootstrap, ConfState, Config, HardState, Role};
+
+    /// A single-replica leader that applied `n` entries.
+    fn leader_with(n: u64) -> Raft {
+        let mut r = Raft::new(
+            Config {
+                id: 1,
+                seed: 1,
+                ..Config::default()
+            },
+            Bootstrap {
+                hard_state: HardState::default(),
+                conf: ConfState {
+                    voters: vec![1],
+                    learners: vec![],
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        r.campaign();
+        let _ = r.ready();
+        r.advance();
+        assert_eq!(r.role(), Role::Leader);
+        for _ in 0..n {
+            r.propose(b"x".to_vec()).unwrap();
+        }
+        while r.has_ready() {
+            let _ = r.ready();
+            r.advance();
+        }
+        r
+    }
+
+    fn snap(r: &Raft, index: u64) -> Snapshot {
+        Snapshot {
+            meta: r.snapshot_meta(index).expect("applied"),
+            data: vec![index as u8].into(),
+        }
+    }
+
+    #[test]
+    fn the_log_keeps_the_entries_since_the_snapshot_before_the_newest() {
+        let mut r = leader_with(100);
+        let mut c = Compaction::new(30, u64::MAX);
+        c.applied(1_000);
+        assert!(c.due(&r, 30, 0));
+        c.started();
+        let s = snap(&r, 30);
+        c.taken(&mut r, s);
+        assert_eq!(r.first_index(), 1, "one period: nothing compacted yet");
+        assert_eq!(c.base(&r), 30);
+        assert!(!c.due(&r, 59, 0), "not before a period after the newest");
+        c.applied(1_000);
+        assert!(c.due(&r, 60, 0));
+        c.started();
+        let s = snap(&r, 60);
+        c.taken(&mut r, s);
+        assert_eq!(
+            r.first_index(),
+            31,
+            "compacted to the one before the newest"
+        );
+        assert_eq!(c.newest().map(|s| s.meta.index), Some(60));
+    }
+
+    #[test]
+    fn without_an_older_snapshot_a_long_log_is_compacted_to_the_new_one() {
+        let mut r = leader_with(100);
+        let mut c = Compaction::new(30, u64::MAX);
+        let s = snap(&r, 90);
+        c.taken(&mut r, s);
+        assert_eq!(r.first_index(), 91, "the log held three periods before it");
+        assert!(c.newest().is_none(), "the core holds the newest");
+    }
+
+    #[test]
+    fn a_window_of_more_than_two_periods_is_not_kept() {
+        let mut r = leader_with(200);
+        let mut c = Compaction::new(30, u64::MAX);
+        let s = snap(&r, 30);
+        c.taken(&mut r, s);
+        let s = snap(&r, 150);
+        c.taken(&mut r, s);
+        assert_eq!(
+            r.first_index(),
+            151,
+            "120 entries since the one before: to the newest"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_waits_until_the_entries_are_worth_a_share_of_the_state() {
+        let r = leader_with(100);
+        let mut c = Compaction::new(10, u64::MAX);
+        c.applied(99);
+        assert!(
+            !c.due(&r, 50, 1_600),
+            "99 bytes of entries against a 1600-byte state"
+        );
+        c.applied(1);
+        assert!(c.due(&r, 50, 1_600));
+    }
+
+    #[test]
+    fn an_installed_snapshot_supersedes_an_older_one_of_ours() {
+        let mut r = leader_with(100);
+        let mut c = Compaction::new(30, u64::MAX);
+        let s = snap(&r, 40);
+        c.taken(&mut r, s);
+        c.installed(50);
+        assert!(c.newest().is_none());
     }
 }

@@ -39,6 +39,12 @@ pub struct Config {
     pub max_inflight_bytes: usize,
     /// A snapshot is sent in pieces of at most this many bytes.
     pub snapshot_chunk_bytes: usize,
+    /// A leader holds at most this many entries past its commit index: further proposals are
+    /// refused ([`crate::ProposeError::Busy`]) until some commit. A leader that cannot reach
+    /// a majority stops growing a log that every follower must then replay (the simulator
+    /// found a cut-off leader holding 1 500 uncommitted entries, which its followers took
+    /// longer to replay than the time allowed to recover).
+    pub max_uncommitted_entries: u64,
     /// Run a pre-vote round before a real election (Raft dissertation §9.6).
     pub pre_vote: bool,
     /// The leader steps down when it has not heard from a quorum within an election timeout,
@@ -67,6 +73,7 @@ impl Default for Config {
             max_inflight_msgs: 256,
             max_inflight_bytes: 16 << 20,
             snapshot_chunk_bytes: 512 << 10,
+            max_uncommitted_entries: 8_192,
             pre_vote: true,
             check_quorum: true,
             read_mode: ReadMode::ReadIndex,
@@ -100,6 +107,11 @@ impl Config {
         if self.snapshot_chunk_bytes == 0 {
             return Err(ConfigError::InvalidLimits(
                 "snapshot_chunk_bytes must be > 0",
+            ));
+        }
+        if self.max_uncommitted_entries == 0 {
+            return Err(ConfigError::InvalidLimits(
+                "max_uncommitted_entries must be > 0",
             ));
         }
         if self.max_inflight_msgs == 0 || self.max_inflight_bytes == 0 {

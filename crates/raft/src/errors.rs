@@ -58,6 +58,9 @@ pub enum ProposeError {
     Retry,
     /// A leader transfer is in progress: proposals are refused until it ends.
     TransferInProgress,
+    /// The leader holds `max_uncommitted_entries` entries it has not committed: retry once
+    /// some commit.
+    Busy,
     /// Another membership change is not yet committed (one change at a time).
     ConfChangePending,
     /// The leader has not yet committed an entry of its term (dissertation fix, §4.1).

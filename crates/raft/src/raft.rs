@@ -1729,6 +1729,9 @@ impl Raft {
         if !self.conf_state().is_voter(self.cfg.id) {
             return Err(ProposeError::NotLeader { leader: 0 });
         }
+        if self.log.last_index() - self.log.committed() >= self.cfg.max_uncommitted_entries {
+            return Err(ProposeError::Busy);
+        }
         let index = self.append_leader_entry(EntryKind::Normal, data);
         self.bcast_append();
         Ok(Proposal::Appended(index))

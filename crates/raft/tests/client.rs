@@ -253,3 +253,28 @@ fn a_leader_that_transfers_leadership_serves_no_more_lease_reads() {
         "a ReadIndex round instead"
     );
 }
+
+#[test]
+fn a_leader_cut_off_from_its_followers_stops_growing_its_uncommitted_log() {
+    let mut net = Net::with(&[1, 2, 3], |c| {
+        c.max_uncommitted_entries = 3;
+        c.check_quorum = false;
+    });
+    net.elect(1);
+    let commit = net.r(1).commit_index();
+    net.isolate(1);
+    for i in 0..3u8 {
+        assert!(net.rm(1).propose(vec![i]).is_ok());
+    }
+    assert_eq!(net.rm(1).propose(vec![9]), Err(ProposeError::Busy));
+    assert_eq!(
+        net.r(1).last_index(),
+        commit + 3,
+        "at most 3 past the commit index"
+    );
+    // Once they commit, it takes proposals again.
+    net.heal();
+    net.tick(2);
+    assert_eq!(net.r(1).commit_index(), commit + 3);
+    assert!(net.rm(1).propose(vec![10]).is_ok());
+}

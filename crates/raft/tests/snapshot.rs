@@ -244,3 +244,39 @@ fn a_receiving_disk_that_fails_abandons_the_transfer_and_the_next_one_installs()
     net.propose(1, b"after");
     assert_eq!(net.nodes[&3].applied_data(), vec![b"after".to_vec()]);
 }
+
+/// A leader that snapshots faster than a follower receives its snapshot would start the
+/// transfer over at each new one and the follower would never catch up (simulator seed 1532):
+/// while the transfer progresses, compaction waits; a transfer that stalls holds nothing.
+#[test]
+fn compaction_waits_for_a_progressing_transfer_not_for_a_stalled_one() {
+    let mut net = lagging(4);
+    net.hold = true;
+    net.tick(1); // the leader's heartbeat: node 3 answers, the leader starts the transfer
+    for _ in 0..4 {
+        let msgs: Vec<Message> = net.held.drain(..).collect();
+        net.hold = false;
+        net.deliver(msgs);
+        net.hold = true;
+        let more = net.collect();
+        net.deliver(more);
+    }
+    assert_eq!(net.r(1).snapshot_in_transfer(), Some(3));
+    net.hold = false;
+    net.held.clear();
+    net.propose(1, b"more");
+    let applied = net.r(1).applied_index();
+    assert_eq!(
+        net.rm(1).compact(applied, state(5)),
+        Err(CompactError::InTransfer { to: 3 })
+    );
+    // Node 3 goes silent: after three election timeouts without progress the transfer holds
+    // nothing, and compaction goes ahead.
+    net.isolate(3);
+    net.tick_only(&[1, 2], 31);
+    assert_eq!(net.r(1).snapshot_in_transfer(), None);
+    assert!(net.rm(1).compact(applied, state(5)).is_ok());
+    net.heal();
+    net.tick(40);
+    assert_eq!(installed(&net, 3), state(5), "the newer snapshot, sent over");
+}

@@ -431,6 +431,8 @@ impl World {
             } else {
                 1 << 20
             },
+            // Half the seeds with a bound that binds while a cut-off leader takes requests.
+            max_uncommitted_entries: if (self.seed >> 2) & 1 == 1 { 64 } else { 1_024 },
             pre_vote: true,
             check_quorum: true,
             seed: self.seed,
