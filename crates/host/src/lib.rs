@@ -14,6 +14,7 @@
 //!   leader or ReadIndex, forwarding, NACKs, retries, deadlines.
 //! - [`membership`]: membership changes proposed as leader, answered when they commit.
 //! - [`snapshots`]: when to snapshot and how far to compact the log (trailing window).
+//! - [`status`]: a replica's protocol state as `/status` shows it.
 //! - [`reads`]: reads given a read index, served once the state machine applied it.
 //! - [`ticks`]: the ticks a stalled replica missed, replayed in step with the frames that
 //!   arrived meanwhile.
@@ -26,6 +27,7 @@ pub mod reads;
 pub mod ready;
 pub mod requests;
 pub mod snapshots;
+pub mod status;
 pub mod ticks;
 
 /// The time of an event: how long after the caller's fixed origin it happened. The node uses

@@ -295,12 +295,23 @@ mod tests {
         let mut m = Membership::new(Duration::from_secs(1));
         let record = || Ok(Some(b"address of 2".to_vec()));
         let index = m
-            .propose(&mut r, ConfChange::AddLearner(2), false, record, "add", Time::ZERO)
+            .propose(
+                &mut r,
+                ConfChange::AddLearner(2),
+                false,
+                record,
+                "add",
+                Time::ZERO,
+            )
             .map_err(|(e, _)| e)
             .unwrap();
         assert!(!m.is_empty());
         let entries = commit(&mut r);
-        assert_eq!(entries[entries.len() - 2].data.as_ref(), b"address of 2", "first");
+        assert_eq!(
+            entries[entries.len() - 2].data.as_ref(),
+            b"address of 2",
+            "first"
+        );
         for e in &entries {
             m.on_applied(e);
         }
@@ -324,7 +335,14 @@ mod tests {
         ));
         let refuse = || Err(AdminError::Invalid("no address".into()));
         assert_eq!(
-            err(m.propose(&mut r, ConfChange::AddLearner(2), false, refuse, "x", Time::ZERO)),
+            err(m.propose(
+                &mut r,
+                ConfChange::AddLearner(2),
+                false,
+                refuse,
+                "x",
+                Time::ZERO
+            )),
             AdminError::Invalid("no address".into())
         );
         assert_eq!(r.last_index(), 1, "nothing proposed");
@@ -343,7 +361,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            err(m.propose(&mut follower, ConfChange::Remove(1), false, none, "x", Time::ZERO)),
+            err(m.propose(
+                &mut follower,
+                ConfChange::Remove(1),
+                false,
+                none,
+                "x",
+                Time::ZERO
+            )),
             AdminError::NotLeader { leader: 0 }
         );
     }
@@ -354,7 +379,14 @@ mod tests {
         let mut m = Membership::new(Duration::from_secs(1));
         let none = || Ok(None);
         let index = m
-            .propose(&mut r, ConfChange::AddLearner(2), false, none, "slow", Time::ZERO)
+            .propose(
+                &mut r,
+                ConfChange::AddLearner(2),
+                false,
+                none,
+                "slow",
+                Time::ZERO,
+            )
             .map_err(|(e, _)| e)
             .unwrap();
         m.on_tick(Duration::from_millis(999));
@@ -364,7 +396,14 @@ mod tests {
 
         commit(&mut r); // committed after its answer: nobody waits for it any more
         let lost = m
-            .propose(&mut r, ConfChange::AddLearner(3), false, none, "lost", Time::ZERO)
+            .propose(
+                &mut r,
+                ConfChange::AddLearner(3),
+                false,
+                none,
+                "lost",
+                Time::ZERO,
+            )
             .map_err(|(e, _)| e)
             .unwrap();
         assert!(lost > index);

@@ -30,6 +30,7 @@ use waverunner_host::membership::Membership;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Requests};
 use waverunner_host::snapshots::Compaction;
+use waverunner_host::status::Protocol;
 use waverunner_host::ticks::Replay;
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
@@ -1280,23 +1281,23 @@ impl<S: StateMachine> Replica<S> {
         self.counters.answered = q.answered;
         self.counters.duplicates = q.duplicates;
         self.counters.timeouts = q.timeouts;
-        let conf = self.raft.conf_state().clone();
-        let members = self.member_status();
+        let p = Protocol::of(&self.raft, self.state.applied);
+        let members = self.member_status(&p);
         let (fastpath, replication_latency_ns) = self.fastpath_status();
         let s = Status {
             id: self.cfg.id,
-            role: role_name(self.raft.role()).into(),
-            term: self.raft.term(),
-            leader: self.raft.leader(),
-            commit_index: self.raft.commit_index(),
-            applied_index: self.state.applied,
-            last_index: self.raft.last_index(),
-            first_index: self.raft.first_index(),
-            voters: conf.voters,
-            learners: conf.learners,
+            role: p.role.into(),
+            term: p.term,
+            leader: p.leader,
+            commit_index: p.commit_index,
+            applied_index: p.applied_index,
+            last_index: p.last_index,
+            first_index: p.first_index,
+            voters: p.voters(),
+            learners: p.learners(),
             members,
             dataplane: self.dp.as_ref().map_or("off", |d| d.plane.kind()).into(),
-            dataplane_enabled: matches!(self.raft.dataplane_state(), DataPlaneState::On { .. }),
+            dataplane_enabled: p.dataplane_enabled,
             fastpath,
             replication_latency_ns,
             durability: match self.cfg.durability {
@@ -1326,45 +1327,33 @@ impl<S: StateMachine> Replica<S> {
 }
 
 impl<S: StateMachine> Replica<S> {
-    fn member_status(&self) -> Vec<MemberStatus> {
-        let conf = self.raft.conf_state();
-        let leader = self.raft.role() == Role::Leader;
-        let mut out = Vec::new();
-        for (id, role) in conf
-            .voters
+    /// The members with the addresses this replica knows for them.
+    fn member_status(&self, p: &Protocol) -> Vec<MemberStatus> {
+        p.members
             .iter()
-            .map(|v| (*v, "voter"))
-            .chain(conf.learners.iter().map(|l| (*l, "learner")))
-        {
-            let book = self.state.members.get(&id);
-            let peer = self.cfg.peers.iter().find(|p| p.id == id);
-            let (raft, client) = if id == self.cfg.id {
-                (Some(self.cfg.listen.raft), Some(self.cfg.listen.client))
-            } else {
-                (
-                    book.map(|b| b.raft)
-                        .or_else(|| self.peer_addrs.get(&id).copied()),
-                    book.and_then(|b| b.client)
-                        .or_else(|| peer.and_then(|p| p.client)),
-                )
-            };
-            let match_index = if !leader {
-                0
-            } else if id == self.cfg.id {
-                self.raft.last_index()
-            } else {
-                self.raft.progress(id).map_or(0, |(m, _)| m)
-            };
-            out.push(MemberStatus {
-                id,
-                role: role.into(),
-                raft: raft.map(|a| a.to_string()).unwrap_or_default(),
-                client: client.map(|a| a.to_string()).unwrap_or_default(),
-                match_index,
-            });
-        }
-        out.sort_by_key(|m| m.id);
-        out
+            .map(|m| {
+                let id = m.id;
+                let book = self.state.members.get(&id);
+                let peer = self.cfg.peers.iter().find(|p| p.id == id);
+                let (raft, client) = if id == self.cfg.id {
+                    (Some(self.cfg.listen.raft), Some(self.cfg.listen.client))
+                } else {
+                    (
+                        book.map(|b| b.raft)
+                            .or_else(|| self.peer_addrs.get(&id).copied()),
+                        book.and_then(|b| b.client)
+                            .or_else(|| peer.and_then(|p| p.client)),
+                    )
+                };
+                MemberStatus {
+                    id,
+                    role: if m.voter { "voter" } else { "learner" }.into(),
+                    raft: raft.map(|a| a.to_string()).unwrap_or_default(),
+                    client: client.map(|a| a.to_string()).unwrap_or_default(),
+                    match_index: m.match_index,
+                }
+            })
+            .collect()
     }
 }
 
@@ -1393,17 +1382,6 @@ fn rss_bytes() -> u64 {
         .ok()
         .and_then(|t| t.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0, |pages| pages * page)
-}
-
-/// The name of a role in `/status`.
-pub fn role_name(r: Role) -> &'static str {
-    match r {
-        Role::Follower => "follower",
-        Role::PreCandidate => "pre_candidate",
-        Role::Candidate => "candidate",
-        Role::Leader => "leader",
-        Role::Recovering => "recovering",
-    }
 }
 
 /// The host side of the data plane (DESIGN §3, `docs/dataplane.md`).

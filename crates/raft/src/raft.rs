@@ -1675,6 +1675,11 @@ impl Raft {
         Ok(index)
     }
 
+    /// Whether the configuration in force is committed (no membership change in flight).
+    pub fn conf_committed(&self) -> bool {
+        self.confs.last().expect("non-empty").0 <= self.log.committed()
+    }
+
     /// Leader's view: `id` was heard from within an election timeout, is not recovering a
     /// lost log, and is caught up to within one batch of the leader's log.
     fn can_vote_now(&self, id: NodeId) -> bool {

@@ -278,5 +278,9 @@ fn compaction_waits_for_a_progressing_transfer_not_for_a_stalled_one() {
     assert!(net.rm(1).compact(applied, state(5)).is_ok());
     net.heal();
     net.tick(40);
-    assert_eq!(installed(&net, 3), state(5), "the newer snapshot, sent over");
+    assert_eq!(
+        installed(&net, 3),
+        state(5),
+        "the newer snapshot, sent over"
+    );
 }

@@ -21,6 +21,7 @@ use waverunner_host::membership::Membership;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Outcome, Requests};
 use waverunner_host::snapshots::Compaction;
+use waverunner_host::status::Protocol;
 use waverunner_host::ticks::Replay;
 
 /// One simulated millisecond: the Raft tick.
@@ -1492,10 +1493,9 @@ impl World {
             return;
         };
         let conf = self.nodes[&l].raft.as_ref().unwrap().conf_state().clone();
-        let committed = {
-            let r = self.nodes[&l].raft.as_ref().unwrap();
-            r.commit_index() == r.last_index()
-        };
+        // The change in force is committed (not "the whole log is": with the data plane on,
+        // an idle leader's heartbeats are entries, and one is nearly always in flight).
+        let committed = self.nodes[&l].raft.as_ref().unwrap().conf_committed();
         match op {
             MembershipOp::Idle => {}
             MembershipOp::Removing(v) => {
@@ -1609,18 +1609,11 @@ impl World {
         for n in self.nodes.values() {
             match &n.raft {
                 None => out.push_str(&format!("[{} down removed={}] ", n.id, n.removed)),
+                // As the node's `/status` shows it.
                 Some(r) => out.push_str(&format!(
-                    "[{} {:?} term={} leader={} commit={} last={} first={} applied={} conf={:?}/{:?} dp={:?} paused={}] ",
+                    "[{} {} dp={:?} paused={}] ",
                     n.id,
-                    r.role(),
-                    r.term(),
-                    r.leader(),
-                    r.commit_index(),
-                    r.last_index(),
-                    r.first_index(),
-                    n.sm.applied,
-                    r.conf_state().voters,
-                    r.conf_state().learners,
+                    Protocol::of(r, n.sm.applied),
                     r.dataplane_state(),
                     n.paused
                 )),
