@@ -30,6 +30,9 @@ pub mod snapshots;
 pub mod status;
 pub mod ticks;
 
+#[cfg(test)]
+mod testing;
+
 /// The time of an event: how long after the caller's fixed origin it happened. The node uses
 /// the time since the replica started; the simulator its simulated clock.
 pub type Time = std::time::Duration;

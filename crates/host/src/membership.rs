@@ -254,39 +254,11 @@ impl<T> Membership<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use waverunner_raft::{Bootstrap, ConfState, Config, HardState};
+    use crate::testing::commit;
+    use waverunner_raft::{Bootstrap, ConfState, Config};
 
     fn single_leader() -> Raft {
-        let mut r = Raft::new(
-            Config {
-                id: 1,
-                seed: 1,
-                ..Config::default()
-            },
-            Bootstrap {
-                hard_state: HardState::default(),
-                conf: ConfState {
-                    voters: vec![1],
-                    learners: vec![],
-                },
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        r.campaign();
-        commit(&mut r);
-        assert_eq!(r.role(), Role::Leader);
-        r
-    }
-
-    /// Runs the core's ready batches; the entries it committed.
-    fn commit(r: &mut Raft) -> Vec<Entry> {
-        let mut out = Vec::new();
-        while r.has_ready() {
-            out.extend(r.ready().committed_entries);
-            r.advance();
-        }
-        out
+        crate::testing::single_leader(&[])
     }
 
     #[test]

@@ -115,37 +115,15 @@ impl Compaction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use waverunner_raft::{Bootstrap, ConfState, Config, HardState, Role};
+    use crate::testing::{commit, single_leader};
 
     /// A single-replica leader that applied `n` entries.
     fn leader_with(n: u64) -> Raft {
-        let mut r = Raft::new(
-            Config {
-                id: 1,
-                seed: 1,
-                ..Config::default()
-            },
-            Bootstrap {
-                hard_state: HardState::default(),
-                conf: ConfState {
-                    voters: vec![1],
-                    learners: vec![],
-                },
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        r.campaign();
-        let _ = r.ready();
-        r.advance();
-        assert_eq!(r.role(), Role::Leader);
+        let mut r = single_leader(&[]);
         for _ in 0..n {
             r.propose(b"x".to_vec()).unwrap();
         }
-        while r.has_ready() {
-            let _ = r.ready();
-            r.advance();
-        }
+        commit(&mut r);
         r
     }
 

@@ -1,14 +1,17 @@
 //! The deterministic simulator of Waverunner.
 //!
 //! It runs several replicas — each the real Raft core (`waverunner-raft`), the real host logic
-//! the node ships (`waverunner-host`: every ready batch, the host side of the data-plane
-//! hand-off) and a simulated data plane around the real C protocol handler
+//! the node ships (`waverunner-host`: client requests and their routing, every ready batch,
+//! the host side of the data-plane hand-off, reads, membership changes, compaction) and a
+//! simulated data plane around the real C protocol handler
 //! (`waverunner-fastpath`) — over a simulated network
 //! that drops, duplicates, delays, reorders and partitions, while replicas crash (with their log
 //! kept on disk, or in `memory` durability lost), pause, change membership and hand leadership
 //! over. After every step it checks election safety, log matching, leader completeness,
 //! state-machine safety, monotonic commit and that no acknowledged write is lost under the
-//! durability mode's promise; after the faults heal it checks liveness: a leader, a new write
+//! durability mode's promise, that every read reflects the writes acknowledged before it
+//! began, and that a membership change answered as committed is the entry at its index; after
+//! the faults heal it checks liveness: a leader, a new write
 //! applied on every replica, and (with a data plane) acceleration enabled again.
 //!
 //! Everything is a function of the seed: a failing seed reproduces with

@@ -264,6 +264,20 @@ fn write_payload(w: u64) -> Vec<u8> {
     v
 }
 
+/// A native client's blind write `w` to the fast path.
+fn fast_write(w: u64) -> Packet {
+    let payload = write_payload(w);
+    let hdr = fp::Header {
+        kind: fp::CLIENT_REQUEST,
+        flags: fp::F_BLIND_WRITE,
+        from: CLIENT_ID,
+        seq: w,
+        len: payload.len() as u16,
+        ..fp::Header::new(u64::from(GROUP_ID))
+    };
+    Packet::Fast(hdr, payload)
+}
+
 /// The write in entry data: a client's payload as the data plane ordered it, or inside the
 /// envelope a replica's host proposed.
 fn write_id(data: &[u8]) -> Option<u64> {
@@ -1042,16 +1056,7 @@ impl World {
         let pkt = if self.rng.chance(0.5) {
             Packet::Request(w)
         } else {
-            let payload = write_payload(w);
-            let hdr = fp::Header {
-                kind: fp::CLIENT_REQUEST,
-                flags: fp::F_BLIND_WRITE,
-                from: CLIENT_ID,
-                seq: w,
-                len: payload.len() as u16,
-                ..fp::Header::new(u64::from(GROUP_ID))
-            };
-            Packet::Fast(hdr, payload)
+            fast_write(w)
         };
         self.schedule(
             d,
@@ -1657,21 +1662,12 @@ impl World {
                 self.next_write += 1;
                 self.final_write = Some(w);
                 self.stats.writes_sent += 1;
-                let payload = write_payload(w);
-                let hdr = fp::Header {
-                    kind: fp::CLIENT_REQUEST,
-                    flags: fp::F_BLIND_WRITE,
-                    from: CLIENT_ID,
-                    seq: w,
-                    len: payload.len() as u16,
-                    ..fp::Header::new(u64::from(GROUP_ID))
-                };
                 self.schedule(
                     10,
                     Ev::Deliver {
                         from: CLIENT_ID,
                         to: l,
-                        pkt: Packet::Fast(hdr, payload),
+                        pkt: fast_write(w),
                     },
                 );
             }
