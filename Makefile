@@ -1,7 +1,7 @@
 # Waverunner: the two commands a newcomer runs are `make run` and `make test`.
 SHELL := /bin/bash
 CARGO ?= cargo
-# Seeds per (nodes, durability) configuration that `make test` simulates.
+# Seeds per (nodes, durability, data plane) configuration that `make test` simulates.
 SIM_SEEDS ?= 1..501
 
 .PHONY: run test deps build lint unit sim-test soak bench-scale
@@ -27,19 +27,20 @@ lint: deps
 unit: deps
 	$(CARGO) test --workspace
 
+## Every configuration: 3 and 5 replicas, memory and fsync, the data plane on and off.
 sim-test: build
-	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 3 --durability memory
-	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 3 --durability fsync
-	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 5 --durability memory
-	target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes 5 --durability fsync
+	for n in 3 5; do for d in memory fsync; do for p in on off; do \
+	  target/release/waverunner sim --seeds $(SIM_SEEDS) --nodes $$n --durability $$d --dataplane $$p || exit 1; \
+	done; done; done
 
 ## Every test: formatting, lints, unit and integration tests, the simulator.
 test: lint unit sim-test
 
 ## A long soak of the simulator (not part of CI).
 soak: build
-	for n in 3 5; do for d in memory fsync; do \
-	  target/release/waverunner sim --seeds 1..50000 --nodes $$n --durability $$d || exit 1; done; done
+	for n in 3 5; do for d in memory fsync; do for p in on off; do \
+	  target/release/waverunner sim --seeds 1..50000 --nodes $$n --durability $$d --dataplane $$p || exit 1; \
+	done; done; done
 
 ## Millions of keys in a local cluster against redis-server: load rate, memory per key, idle
 ## CPU, elections, write latency during a snapshot, snapshot and catch-up speed
