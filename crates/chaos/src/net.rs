@@ -1352,24 +1352,10 @@ impl Ord for Held {
     }
 }
 
-/// xorshift64*: jitter needs no more.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 fn pump_loop(maps: &Maps, taps: &[Tap; 2], stop: &AtomicBool) {
     let mut heap: BinaryHeap<Held> = BinaryHeap::new();
     let mut seq = 0u64;
-    let mut rng = Rng(mono_ns() | 1);
+    let mut rng = crate::workload::Rng::new(mono_ns());
     let mut next_renew = 0u64;
     let mut buf = vec![0u8; 65_536];
     let mut files: Vec<File> = Vec::new();
@@ -1420,7 +1406,7 @@ fn pump_loop(maps: &Maps, taps: &[Tap; 2], stop: &AtomicBool) {
                         let base = p.delay_us as i64 * 1000;
                         let j = p.jitter_us as i64 * 1000;
                         let off = if j > 0 {
-                            (rng.next() % (2 * j as u64 + 1)) as i64 - j
+                            rng.below(2 * j as u64 + 1) as i64 - j
                         } else {
                             0
                         };
