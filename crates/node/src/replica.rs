@@ -310,6 +310,18 @@ macro_rules! cx {
     };
 }
 
+/// Loop work that took longer than this is logged at debug level (target `stall`): what held
+/// the loop, when a latency tail needs explaining (`WAVERUNNER_LOG=stall=debug`). Wall time:
+/// it includes time the thread waited for a CPU.
+const STALL: Duration = Duration::from_millis(1);
+
+fn stall(id: u64, since: Instant, what: impl FnOnce() -> String) {
+    let took = since.elapsed();
+    if took > STALL {
+        tracing::debug!(target: "stall", "node {id}: {} held the loop {} µs", what(), took.as_micros());
+    }
+}
+
 /// Milliseconds since the Unix epoch by the local clock.
 pub fn wall_ms() -> u64 {
     SystemTime::now()
@@ -706,6 +718,23 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn on_event(&mut self, ev: Event) -> bool {
+        let t = Instant::now();
+        let what = match &ev {
+            Event::Peer(..) => "a peer's frame",
+            Event::Submit(_) => "a client request",
+            Event::Admin(..) => "an admin command",
+            Event::ClientError => "a client error",
+            Event::Ring => "the ring",
+            Event::Fast(..) => "a fast-path packet",
+            Event::FastForward(_) => "a forwarded request",
+            Event::Shutdown => "shutdown",
+        };
+        let go_on = self.on_event_inner(ev);
+        stall(self.cfg.id, t, || what.into());
+        go_on
+    }
+
+    fn on_event_inner(&mut self, ev: Event) -> bool {
         match ev {
             Event::Peer(from, f, at) => {
                 self.heard.insert(from, at);
@@ -965,10 +994,15 @@ impl<S: StateMachine> Replica<S> {
 
     /// Acts on every ready batch: persist, send, apply, answer.
     fn drive(&mut self) -> Result<(), Fatal> {
+        let t = Instant::now();
         self.poll_restore()?;
+        stall(self.cfg.id, t, || "polling a restore".into());
         while self.raft.has_ready() {
+            let t = Instant::now();
             let rd = self.raft.ready();
+            let n = rd.committed_entries.len();
             self.handle_ready(rd)?;
+            stall(self.cfg.id, t, || format!("a ready batch ({n} committed)"));
             self.raft.advance();
             let mut cx = cx!(self);
             self.requests.after_ready(&mut cx);
@@ -981,7 +1015,9 @@ impl<S: StateMachine> Replica<S> {
         // Also with nothing ready (O(1) unless a snapshot is due): a snapshot finished or
         // asked for on an idle replica (a single replica's `POST /snapshot` waited for the
         // next write when this ran only after a ready batch).
+        let t = Instant::now();
         self.maybe_compact()?;
+        stall(self.cfg.id, t, || "compaction".into());
         // A new term, role or leader is in `/status` at once: an idle replica publishes only
         // when it ticks, and it ticks only when its timers need it.
         if self.published != (self.raft.term(), self.raft.role(), self.raft.leader()) {
