@@ -291,6 +291,12 @@ impl Handle {
         self.status.lock().expect("status").clone()
     }
 
+    /// The leader as last published (0: none known), without copying the whole status: every
+    /// native reply carries it.
+    pub fn leader(&self) -> u64 {
+        self.status.lock().expect("status").leader
+    }
+
     /// The replica loop's queue (for the transport).
     pub fn sender(&self) -> SyncSender<Event> {
         self.tx.clone()

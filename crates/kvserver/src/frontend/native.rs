@@ -63,7 +63,7 @@ impl Native {
             req.seq,
             command,
             Box::new(move |r| {
-                let leader = h.status().leader;
+                let leader = h.leader();
                 let pkt = match r.map(|b| decode_response(&b)) {
                     Ok(Ok(resp)) => proto::encode_reply(self_id, seq, STATUS_OK, leader, Ok(&resp)),
                     Ok(Err(e)) => {
