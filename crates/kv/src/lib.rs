@@ -27,3 +27,21 @@ pub mod store;
 
 pub use ops::{Bytes, Cond, Expiry, Item, Op, Response};
 pub use store::KvStore;
+
+/// The i64 written as ASCII `digits` (negated if `neg`), if they are all digits and it fits:
+/// the accumulation under the RESP and memcached number syntaxes, which differ only in what
+/// they accept around it.
+pub(crate) fn decimal_i64(neg: bool, digits: &[u8]) -> Option<i64> {
+    digits.iter().try_fold(0i64, |v, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        let v = v.checked_mul(10)?;
+        if neg {
+            v.checked_sub(d)
+        } else {
+            v.checked_add(d)
+        }
+    })
+}

@@ -541,20 +541,10 @@ fn parse_i64(s: &[u8]) -> Option<i64> {
         (b'+', rest) => (false, rest),
         _ => (false, s),
     };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() {
         return None;
     }
-    let mut v: i64 = 0;
-    for &d in digits {
-        let d = i64::from(d - b'0');
-        v = v.checked_mul(10)?;
-        v = if neg {
-            v.checked_sub(d)?
-        } else {
-            v.checked_add(d)?
-        };
-    }
-    Some(v)
+    crate::decimal_i64(neg, digits)
 }
 
 /// memcached's `strtoull`-style unsigned decimal: an optional `+`, then digits (no `-`).

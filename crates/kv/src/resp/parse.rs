@@ -277,18 +277,5 @@ pub(super) fn parse_int(s: &[u8]) -> Option<i64> {
         [b'0', ..] => return None,
         _ => {}
     }
-    let mut v: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        let d = i64::from(d - b'0');
-        v = v.checked_mul(10)?;
-        v = if neg {
-            v.checked_sub(d)?
-        } else {
-            v.checked_add(d)?
-        };
-    }
-    Some(v)
+    crate::decimal_i64(neg, digits)
 }
