@@ -4,6 +4,7 @@
 //! every protocol, and that `/status` counted the bad input (`counters.client_errors`, or
 //! `counters.frames_rejected` for the replica-to-replica port, whose input is not a client's).
 
+mod cluster_lock;
 mod common;
 
 use std::io::Write;

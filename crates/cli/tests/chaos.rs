@@ -6,8 +6,11 @@
 //! where it fails: CI must exercise every fault kind.
 
 mod cli_harness;
+mod cluster_lock;
 
-use std::fs::{self, File, OpenOptions};
+use cli_harness::cluster_lock;
+
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -34,27 +37,6 @@ fn unique_dir(what: &str) -> PathBuf {
     ));
     let _ = fs::remove_dir_all(&d);
     d
-}
-
-/// The machine-wide cluster lock of the integration tests (`tests/common`): one cluster at a
-/// time, so timing-sensitive tests do not compete for the CPUs, and only one namespace cluster.
-fn cluster_lock() -> File {
-    let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .expect("open the cluster lock file");
-    use std::os::unix::io::AsRawFd;
-    loop {
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return f;
-        }
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "flock: {e}");
-    }
 }
 
 /// Runs `waverunner ARGS` with a time limit (SIGTERM, which makes chaos tear its cluster

@@ -5,6 +5,7 @@
 //! assertion never leaves replicas or namespaces behind.
 
 mod cli_harness;
+mod cluster_lock;
 use cli_harness::*;
 use std::fs;
 use std::io::{Read, Write};

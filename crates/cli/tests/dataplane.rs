@@ -9,6 +9,7 @@
 //! `CI=true`, where they fail. All take the machine-wide cluster lock: one cluster at a time.
 
 mod cli_harness;
+mod cluster_lock;
 mod common;
 
 use std::collections::BTreeMap;

@@ -9,6 +9,7 @@
 //! (published every tick) on a loaded machine: [`FAILOVER_BOUND`] = 500 ms, measured from the
 //! signal to the first `/status` of a surviving replica naming another leader.
 
+mod cluster_lock;
 mod common;
 
 use std::collections::HashMap;

@@ -4,6 +4,7 @@
 //! the leader), and reads through every replica must see a write acknowledged through another
 //! (linearizable reads).
 
+mod cluster_lock;
 mod common;
 
 use std::collections::BTreeSet;

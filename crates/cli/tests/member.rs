@@ -5,6 +5,7 @@
 //! It takes the machine-wide lock of the other real-process tests: one cluster at a time.
 
 mod cli_harness;
+mod cluster_lock;
 use cli_harness::*;
 use std::fs;
 use std::path::Path;

@@ -3,6 +3,7 @@
 //! 64 MiB values through redis-cli and a memcached client, and `maxmemory` refusals with
 //! Redis's and memcached's own errors.
 
+mod cluster_lock;
 mod common;
 
 use std::io::{Read, Write};

@@ -8,7 +8,7 @@
 //! (`<tmp>/waverunner-itest-cluster.lock`): their timing checks must not compete for the CPUs.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,39 +23,13 @@ use waverunner_node::config::{DurabilityMode, NodeConfig, Peer};
 use waverunner_node::metrics::Status;
 use waverunner_node::Running;
 
+#[path = "../../cli/tests/cluster_lock/mod.rs"]
+mod lock;
+use lock::cluster_lock;
+
 const TICK_MS: u64 = 10;
 const ELECTION_TICKS: u32 = 10;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn cluster_lock() -> File {
-    use std::os::unix::io::AsRawFd;
-    let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .or_else(|_| File::open(&path))
-        .unwrap_or_else(|e| panic!("open the cluster lock file {}: {e}", path.display()));
-    loop {
-        if flock_exclusive(f.as_raw_fd()) == 0 {
-            return f;
-        }
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "flock: {e}");
-    }
-}
-
-extern "C" {
-    fn flock(fd: i32, op: i32) -> i32;
-}
-
-/// `flock(fd, LOCK_EX)` (this crate does not depend on `libc`).
-fn flock_exclusive(fd: i32) -> i32 {
-    const LOCK_EX: i32 = 2;
-    // SAFETY: flock only reads its integer arguments; `fd` is a descriptor we own.
-    unsafe { flock(fd, LOCK_EX) }
-}
 
 /// Addresses of replica `id` for base port `base`.
 struct Addrs {

@@ -2,7 +2,7 @@
 //! unique directories, the machine-wide cluster lock, free loopback ports, live pids.
 #![allow(dead_code)] // each test binary uses a part
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
@@ -103,28 +103,7 @@ pub fn unique_dir(what: &str) -> PathBuf {
     ))
 }
 
-/// The machine-wide lock that integration-test clusters hold for their life (shared with the
-/// other test binaries' harness): one cluster at a time keeps timing-sensitive tests honest.
-pub fn cluster_lock() -> File {
-    use std::os::unix::io::AsRawFd;
-    let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
-    // flock works on a read-only descriptor too (the file may belong to another user).
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .or_else(|_| File::open(&path))
-        .unwrap_or_else(|e| panic!("open the cluster lock file {}: {e}", path.display()));
-    loop {
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return f;
-        }
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "flock: {e}");
-    }
-}
+pub use crate::cluster_lock::cluster_lock;
 
 /// A base port P whose cluster ports (P+i … P+400+i for replicas 1..=`replicas`) are all free,
 /// in 20000..32000 (below the kernel's usual ephemeral range).

@@ -162,33 +162,7 @@ fn remove_stale_dirs() {
     }
 }
 
-/// Takes the machine-wide cluster lock (blocks until no other test cluster runs).
-fn cluster_lock() -> File {
-    let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
-    // flock works on a read-only descriptor too (the file may belong to another user).
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .or_else(|_| File::open(&path))
-        .unwrap_or_else(|e| panic!("open the cluster lock file {}: {e}", path.display()));
-    use std::os::unix::io::AsRawFd;
-    loop {
-        // SAFETY: flock on a file descriptor we own.
-        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-        if r == 0 {
-            return f;
-        }
-        let e = std::io::Error::last_os_error();
-        assert_eq!(
-            e.kind(),
-            std::io::ErrorKind::Interrupted,
-            "flock {}: {e}",
-            path.display()
-        );
-    }
-}
+use crate::cluster_lock::cluster_lock;
 
 /// The ephemeral port range of the kernel: ports there may be taken by outgoing connections
 /// at any moment (even between a replica's kill and its restart), so test ports avoid it.
