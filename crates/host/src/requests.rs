@@ -11,7 +11,7 @@
 //! the id its checker knows). What the caller must carry out comes back as [`Effect`]s from
 //! [`Requests::take_effects`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use waverunner_dataplane::DataPlane;
@@ -195,7 +195,12 @@ pub struct Requests<T> {
     /// The next request id (never 0: request 0 is the leader's upkeep, which nobody waits
     /// for).
     next: u64,
-    table: HashMap<u64, Request<T>>,
+    /// The requests in flight by id (bounded by [`MAX_IN_FLIGHT`]). Ids grow with the time
+    /// of submission, so the oldest come first.
+    table: BTreeMap<u64, Request<T>>,
+    /// The requests by deadline (each request in `table` once): expiry costs what expires,
+    /// not a scan of every request at every tick.
+    deadlines: BTreeSet<(Time, u64)>,
     /// Requests waiting for a leader (routed again at the next tick).
     retry: Vec<u64>,
     /// Reads whose ReadIndex the leader refused: routed through the log right after the ready
@@ -216,7 +221,8 @@ impl<T> Requests<T> {
             me,
             timeout,
             next: first_id.max(1),
-            table: HashMap::new(),
+            table: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
             retry: Vec::new(),
             refused: Vec::new(),
             waiting: ReadQueue::default(),
@@ -264,7 +270,16 @@ impl<T> Requests<T> {
         }
         let id = self.next;
         self.next += 1;
+        if let Some((_, last)) = self.table.last_key_value() {
+            assert!(
+                last.started <= cx.now,
+                "time went back: {:?} after {:?}",
+                cx.now,
+                last.started
+            );
+        }
         let deadline = cx.now + request_deadline(self.timeout, command.len());
+        self.deadlines.insert((deadline, id));
         self.table.insert(
             id,
             Request {
@@ -418,14 +433,15 @@ impl<T> Requests<T> {
     /// leader are routed again.
     pub fn on_tick<P: DataPlane>(&mut self, cx: &mut Cx<'_, P>) {
         let now = cx.now;
-        let mut expired: Vec<(u64, Stage)> = self
-            .table
-            .iter()
-            .filter(|(_, r)| r.deadline <= now)
-            .map(|(&id, r)| (id, r.stage))
-            .collect();
-        expired.sort_unstable_by_key(|&(id, _)| id);
-        for (id, stage) in expired {
+        while let Some(&(deadline, id)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            let stage = self
+                .table
+                .get(&id)
+                .expect("a deadline of a request in flight")
+                .stage;
             let e = if stage == Stage::Routing {
                 // Never proposed nor forwarded: certainly not applied.
                 ClientError::Unavailable("no leader".into())
@@ -437,25 +453,29 @@ impl<T> Requests<T> {
         // A ReadIndex or its answer can be lost (a dropped frame, a leader change); with a
         // data plane, leadership changes hands often, so such a read goes through the log
         // after a while instead of waiting for its deadline. A read is safe to send twice.
+        // Oldest first: the scan stops at the first request too young to fall back.
         if cx.dp.is_some() {
-            let mut stale: Vec<u64> = self
-                .table
-                .iter()
-                .filter(|(_, r)| r.stage == Stage::Reading && now - r.started > READ_FALLBACK)
-                .map(|(&id, _)| id)
-                .collect();
-            stale.sort_unstable();
-            for id in stale {
-                let r = self.table.get_mut(&id).expect("listed");
-                r.read = false;
-                r.stage = Stage::Routing;
-                self.retry.push(id);
+            for (&id, r) in self.table.iter_mut() {
+                if now - r.started <= READ_FALLBACK {
+                    break;
+                }
+                if r.stage == Stage::Reading {
+                    r.read = false;
+                    r.stage = Stage::Routing;
+                    self.retry.push(id);
+                }
             }
         }
         let table = &self.table;
         self.waiting
             .retain(|id| table.get(&id).is_some_and(|r| r.stage == Stage::Reading));
-        for id in std::mem::take(&mut self.retry) {
+        let retry = std::mem::take(&mut self.retry);
+        self.route_waiting(retry, cx);
+    }
+
+    /// Routes those of `ids` that still wait for it.
+    fn route_waiting<P: DataPlane>(&mut self, ids: Vec<u64>, cx: &mut Cx<'_, P>) {
+        for id in ids {
             if self
                 .table
                 .get(&id)
@@ -471,16 +491,13 @@ impl<T> Requests<T> {
     /// unanswered, so reads not yet given an index are routed again rather than left to their
     /// deadline. Reads already given one only wait for the apply. A read is safe to send twice.
     pub fn on_soft_state(&mut self) {
-        let mut again: Vec<u64> = Vec::new();
-        let waiting: std::collections::HashSet<u64> = self.waiting.ids().collect();
+        let waiting: HashSet<u64> = self.waiting.ids().collect();
         for (&id, r) in self.table.iter_mut() {
             if r.stage == Stage::Reading && !waiting.contains(&id) {
                 r.stage = Stage::Routing;
-                again.push(id);
+                self.retry.push(id);
             }
         }
-        again.sort_unstable();
-        self.retry.extend(again);
     }
 
     /// The ReadIndex answers of a ready batch: refused reads go through the log (once the
@@ -515,15 +532,8 @@ impl<T> Requests<T> {
 
     /// After a ready batch: the reads the leader refused go through the log.
     pub fn after_ready<P: DataPlane>(&mut self, cx: &mut Cx<'_, P>) {
-        for id in std::mem::take(&mut self.refused) {
-            if self
-                .table
-                .get(&id)
-                .is_some_and(|r| r.stage == Stage::Routing)
-            {
-                self.route(id, cx);
-            }
-        }
+        let refused = std::mem::take(&mut self.refused);
+        self.route_waiting(refused, cx);
     }
 
     /// The reads that `applied` makes servable, as (read index, request id, command), in the
@@ -553,7 +563,7 @@ impl<T> Requests<T> {
 
     /// Answers request `id` with `result`.
     pub fn answer(&mut self, id: u64, result: Vec<u8>, now: Time) {
-        if let Some(r) = self.table.remove(&id) {
+        if let Some(r) = self.remove(id) {
             self.stats.answered += 1;
             self.effects.push(Effect::Done {
                 token: r.token,
@@ -566,7 +576,7 @@ impl<T> Requests<T> {
 
     /// Fails request `id`.
     pub fn fail(&mut self, id: u64, e: ClientError, now: Time) {
-        if let Some(r) = self.table.remove(&id) {
+        if let Some(r) = self.remove(id) {
             if e == ClientError::Timeout {
                 self.stats.timeouts += 1;
             }
@@ -579,10 +589,19 @@ impl<T> Requests<T> {
         }
     }
 
+    /// Request `id`, out of the table and the deadlines.
+    fn remove(&mut self, id: u64) -> Option<Request<T>> {
+        let r = self.table.remove(&id)?;
+        assert!(
+            self.deadlines.remove(&(r.deadline, id)),
+            "request {id} had no deadline"
+        );
+        Some(r)
+    }
+
     /// Fails every request (the replica stops).
     pub fn fail_all(&mut self, e: ClientError, now: Time) {
-        let mut ids: Vec<u64> = self.table.keys().copied().collect();
-        ids.sort_unstable();
+        let ids: Vec<u64> = self.table.keys().copied().collect();
         for id in ids {
             self.fail(id, e.clone(), now);
         }
