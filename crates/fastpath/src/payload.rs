@@ -97,16 +97,19 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 impl Envelope {
     /// Encodes the envelope as entry data.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(ENV_PREFIX + self.command.len());
-        out.push(ENV_TAG);
-        for v in [self.origin, self.req, self.client, self.seq, self.now_ms] {
-            out.extend_from_slice(&v.to_le_bytes());
+        self.as_ref().encode()
+    }
+
+    /// The envelope with its command borrowed.
+    pub fn as_ref(&self) -> EnvelopeRef<'_> {
+        EnvelopeRef {
+            origin: self.origin,
+            req: self.req,
+            client: self.client,
+            seq: self.seq,
+            now_ms: self.now_ms,
+            command: &self.command,
         }
-        let len = u32::try_from(self.command.len()).expect("a command under 4 GiB");
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&self.command);
-        debug_assert_eq!(out.len(), ENV_PREFIX + self.command.len());
-        out
     }
 
     /// Decodes entry data; a command longer than `max_command` bytes is refused.
@@ -162,6 +165,20 @@ impl<'a> EnvelopeRef<'a> {
             now_ms: u64_at(b, ENV_OFF_NOW_MS),
             command: &b[ENV_PREFIX..],
         })
+    }
+
+    /// Encodes the envelope as entry data (the command copied once, into it).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ENV_PREFIX + self.command.len());
+        out.push(ENV_TAG);
+        for v in [self.origin, self.req, self.client, self.seq, self.now_ms] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        let len = u32::try_from(self.command.len()).expect("a command under 4 GiB");
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(self.command);
+        debug_assert_eq!(out.len(), ENV_PREFIX + self.command.len());
+        out
     }
 
     /// The envelope with its command copied.

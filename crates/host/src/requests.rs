@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use waverunner_dataplane::DataPlane;
-use waverunner_fastpath::payload::Envelope;
+use waverunner_fastpath::payload::{Envelope, EnvelopeRef};
 use waverunner_raft::{DataPlaneState, Proposal, ProposeError, Raft, ReadError, ReadState, Role};
 
 use crate::dataplane::DataPlaneHost;
@@ -322,17 +322,19 @@ impl<T> Requests<T> {
         // behaviour): ReadIndex would need software heartbeats the data plane replaced.
         r.read = false;
         if cx.raft.role() == Role::Leader {
-            let env = Envelope {
+            let env = EnvelopeRef {
                 origin: self.me,
                 req: id,
                 client: r.client,
                 seq: r.seq,
                 now_ms: cx.wall_ms,
-                command: r.command.clone(),
+                command: &r.command,
             };
             match cx.raft.propose(env.encode()) {
                 Ok(p) => {
                     r.stage = Stage::Proposed;
+                    // In the log now; nothing routes a proposed request again.
+                    r.command = Vec::new();
                     self.stats.proposals += 1;
                     if let Proposal::Appended(index) = p {
                         self.effects.push(Effect::Appended(index));
@@ -359,13 +361,13 @@ impl<T> Requests<T> {
         // never in a double apply: nothing resends it.
         if dp_on {
             if let Some(d) = cx.dp.as_deref_mut() {
-                let env = Envelope {
+                let env = EnvelopeRef {
                     origin: self.me,
                     req: id,
                     client: r.client,
                     seq: r.seq,
                     now_ms: 0,
-                    command: r.command.clone(),
+                    command: &r.command,
                 };
                 if d.forward(leader, r.client, r.seq, &env.encode()) {
                     r.stage = Stage::Forwarded;
