@@ -26,16 +26,9 @@ impl ReadQueue {
         self.waiting.retain(|&(_, id)| keep(id));
     }
 
-    /// Takes the reads that `applied` makes servable, in the order of their read index.
-    pub fn ready(&mut self, applied: u64) -> Vec<u64> {
-        self.ready_with_index(applied)
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect()
-    }
-
-    /// Takes the reads that `applied` makes servable with their read index, in its order.
-    pub fn ready_with_index(&mut self, applied: u64) -> Vec<(u64, u64)> {
+    /// Takes the reads that `applied` makes servable, as (read index, id), in the order of
+    /// their read index.
+    pub fn ready(&mut self, applied: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         while let Some(&(index, id)) = self.waiting.first() {
             if index > applied {
@@ -45,11 +38,6 @@ impl ReadQueue {
             out.push((index, id));
         }
         out
-    }
-
-    /// Whether no read waits.
-    pub fn is_empty(&self) -> bool {
-        self.waiting.is_empty()
     }
 
     /// Forgets every waiting read (the replica restarts).
@@ -68,9 +56,9 @@ mod tests {
         q.wait(7, 1);
         q.wait(5, 2);
         q.wait(9, 3);
-        assert_eq!(q.ready(4), Vec::<u64>::new());
-        assert_eq!(q.ready(7), vec![2, 1], "in read-index order");
+        assert_eq!(q.ready(4), vec![]);
+        assert_eq!(q.ready(7), vec![(5, 2), (7, 1)], "in read-index order");
         q.retain(|id| id != 3);
-        assert!(q.is_empty());
+        assert_eq!(q.ids().count(), 0);
     }
 }

@@ -543,7 +543,7 @@ impl<T> Requests<T> {
     /// [`Requests::answer`].
     pub fn reads_ready(&mut self, applied: u64) -> Vec<(u64, u64)> {
         self.waiting
-            .ready_with_index(applied)
+            .ready(applied)
             .into_iter()
             .filter(|(_, id)| {
                 self.table
