@@ -4,7 +4,7 @@
 //! Indexes: `snapshot index (offset) < first_index() <= ... <= last_index()`.
 //! Watermarks: `applied <= committed <= last_index()`, `stable <= handed <= last_index()`.
 
-use crate::entries::Entries;
+use crate::entries::{Entries, RECLAIM_STEP};
 use crate::types::{Entry, Index, Snapshot, Term};
 
 /// The log of one replica.
@@ -241,6 +241,11 @@ impl RaftLog {
         self.offset = index;
         self.offset_term = snapshot.meta.term;
         self.snapshot = Some(snapshot);
+    }
+
+    /// Frees the data of dropped entries, a bounded step at a time (see [`RECLAIM_STEP`]).
+    pub fn reclaim(&mut self) {
+        self.entries.reclaim(RECLAIM_STEP);
     }
 
     /// Entries not yet handed out for persistence; marks them handed.

@@ -689,6 +689,7 @@ impl Raft {
     /// Advances logical time by one tick.
     pub fn tick(&mut self) {
         self.now += 1;
+        self.log.reclaim();
         match self.dp.state {
             DataPlaneState::Disabling { .. } => return, // time stands still until disabled
             DataPlaneState::On { .. } => {
