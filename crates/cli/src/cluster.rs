@@ -392,7 +392,7 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
             request_timeout_ms: config::default_request_timeout_ms(),
             max_value_bytes: waverunner_node::config::MAX_VALUE_LIMIT,
             maxmemory: opts.maxmemory,
-            max_connections: 1_024,
+            max_connections: config::default_max_connections(),
             listen: Listen {
                 raft: a.raft,
                 client: a.client,

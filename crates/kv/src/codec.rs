@@ -37,6 +37,7 @@
 //! | 16  | `Touch`    | keys, expiry, bool get |
 //! | 17  | `FlushAll` | |
 //! | 18  | `Sweep`    | |
+//! | 19  | `Batch`    | `u32` count, then each operation as bytes (its own encoding); never nested |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -50,6 +51,7 @@
 //! | 8   | `Keys`        | keys |
 //! | 9   | `ScanPage`    | next, keys |
 //! | 10  | `Error`       | message |
+//! | 11  | `Batch`       | `u32` count, then each response as bytes (its own encoding) |
 //!
 //! # Limits
 //!
@@ -99,6 +101,7 @@ const OP_PREPEND: u8 = 15;
 const OP_TOUCH: u8 = 16;
 const OP_FLUSHALL: u8 = 17;
 const OP_SWEEP: u8 = 18;
+const OP_BATCH: u8 = 19;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -111,6 +114,7 @@ const R_UINT: u8 = 7;
 const R_KEYS: u8 = 8;
 const R_SCAN_PAGE: u8 = 9;
 const R_ERROR: u8 = 10;
+const R_BATCH: u8 = 11;
 
 /// Appends the encoding of `op` to `out`.
 ///
@@ -239,17 +243,108 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
         }
         Op::FlushAll => out.push(OP_FLUSHALL),
         Op::Sweep => out.push(OP_SWEEP),
+        Op::Batch(ops) => {
+            assert!(
+                ops.iter().all(|o| !matches!(o, Op::Batch(_))),
+                "a nested batch"
+            );
+            out.push(OP_BATCH);
+            put_len(out, ops.len());
+            for op in ops {
+                put_nested(out, |out| encode_op(op, out));
+            }
+        }
     }
+}
+
+/// Builds the command for a run of operations: the operation itself when there is one, an
+/// [`Op::Batch`] of them otherwise, encoded as they are added (no `Op::Batch` is built).
+#[derive(Debug, Default)]
+pub struct BatchBuilder {
+    /// The operations' nested encodings (each length-prefixed), as in a batch.
+    body: Vec<u8>,
+    n: u32,
+}
+
+impl BatchBuilder {
+    /// Adds `op` (not a batch).
+    pub fn push(&mut self, op: &Op) {
+        assert!(!matches!(op, Op::Batch(_)), "a nested batch");
+        put_nested(&mut self.body, |out| encode_op(op, out));
+        self.n += 1;
+    }
+
+    /// Operations added.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// Whether none was added.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Bytes of the command so far.
+    pub fn bytes(&self) -> usize {
+        self.body.len() + 5
+    }
+
+    /// The command: the one operation's encoding, or the batch's.
+    ///
+    /// # Panics
+    ///
+    /// If no operation was added.
+    pub fn finish(self) -> Vec<u8> {
+        assert!(self.n > 0, "an empty batch");
+        if self.n == 1 {
+            return self.body[4..].to_vec();
+        }
+        let mut out = Vec::with_capacity(self.body.len() + 5);
+        out.push(OP_BATCH);
+        put_u32(&mut out, self.n);
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+/// Appends what `f` encodes as bytes (a `u32` length, then them), without a copy.
+fn put_nested(out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
+    let at = out.len();
+    put_u32(out, 0);
+    f(out);
+    let n = u32::try_from(out.len() - at - 4).expect("a nested encoding of 4 GiB or more");
+    out[at..at + 4].copy_from_slice(&n.to_le_bytes());
+}
+
+fn is_read_only_tag(tag: u8) -> bool {
+    matches!(
+        tag,
+        OP_GET | OP_EXISTS | OP_STRLEN | OP_TTL | OP_DBSIZE | OP_KEYS | OP_SCAN
+    )
 }
 
 /// Whether the encoded operation `b` only reads ([`Op::is_read_only`]), from its tag alone:
 /// the replica asks for every request, and decoding would copy the value (64 MiB) to find
 /// out. Malformed input is not refused here; its decoding is, wherever it is answered.
+///
+/// A batch only reads if every operation in it does: its tags are found by their lengths,
+/// without decoding.
 pub fn is_read_only_command(b: &[u8]) -> bool {
-    matches!(
-        b.first(),
-        Some(&(OP_GET | OP_EXISTS | OP_STRLEN | OP_TTL | OP_DBSIZE | OP_KEYS | OP_SCAN))
-    )
+    match b.first() {
+        Some(&OP_BATCH) => {
+            let mut r = Reader::new(&b[1..]);
+            let Ok(n) = r.u32() else { return false };
+            n > 0
+                && (0..n).all(|_| {
+                    r.u32()
+                        .and_then(|len| r.take(len as usize))
+                        .is_ok_and(|op| op.first().is_some_and(|&t| is_read_only_tag(t)))
+                })
+                && r.remaining() == 0
+        }
+        Some(&t) => is_read_only_tag(t),
+        None => false,
+    }
 }
 
 /// Decodes one operation that fills all of `b` (trailing bytes are an error).
@@ -321,6 +416,23 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
         },
         OP_FLUSHALL => Op::FlushAll,
         OP_SWEEP => Op::Sweep,
+        OP_BATCH => {
+            // Each operation takes at least its length and tag.
+            let n = r.count(5)?;
+            if n == 0 {
+                return Err(DecodeError("empty batch"));
+            }
+            let mut ops = Vec::with_capacity(n);
+            for _ in 0..n {
+                let len = r.u32()? as usize;
+                let b = r.take(len)?;
+                if b.first() == Some(&OP_BATCH) {
+                    return Err(DecodeError("nested batch"));
+                }
+                ops.push(decode_op(b)?);
+            }
+            Op::Batch(ops)
+        }
         _ => return Err(DecodeError("unknown operation tag")),
     };
     r.finish()?;
@@ -374,6 +486,13 @@ pub fn encode_response(resp: &Response, out: &mut Vec<u8>) {
             out.push(R_ERROR);
             put_bytes(out, msg.as_bytes());
         }
+        Response::Batch(rs) => {
+            out.push(R_BATCH);
+            put_len(out, rs.len());
+            for r in rs {
+                put_nested(out, |out| encode_response(r, out));
+            }
+        }
     }
 }
 
@@ -412,6 +531,19 @@ pub fn decode_response(b: &[u8]) -> Result<Response, DecodeError> {
         R_ERROR => Response::Error(
             String::from_utf8(r.bytes()?).map_err(|_| DecodeError("error message is not UTF-8"))?,
         ),
+        R_BATCH => {
+            let n = r.count(5)?;
+            let mut rs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let len = r.u32()? as usize;
+                let b = r.take(len)?;
+                if b.first() == Some(&R_BATCH) {
+                    return Err(DecodeError("nested batch"));
+                }
+                rs.push(decode_response(b)?);
+            }
+            Response::Batch(rs)
+        }
         _ => return Err(DecodeError("unknown response tag")),
     };
     r.finish()?;
@@ -659,6 +791,10 @@ mod tests {
             },
             Op::FlushAll,
             Op::Sweep,
+            Op::Batch(vec![
+                Op::Get { keys: vec![k()] },
+                Op::Del { keys: vec![k()] },
+            ]),
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -669,9 +805,86 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_SWEEP).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_BATCH).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_SWEEP + 1]));
+        assert!(!is_read_only_command(&[OP_BATCH + 1]));
+        // A batch reads only if all of it does; a malformed one is not a read.
+        let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
+        let mut b = Vec::new();
+        encode_op(&reads, &mut b);
+        assert!(reads.is_read_only() && is_read_only_command(&b));
+        assert!(!is_read_only_command(&b[..b.len() - 1]));
+        b.push(0);
+        assert!(!is_read_only_command(&b));
+    }
+
+    #[test]
+    fn the_builder_encodes_one_op_plainly_and_several_as_a_batch() {
+        let (a, b) = (
+            Op::DbSize,
+            Op::Del {
+                keys: vec![b"k".to_vec()],
+            },
+        );
+        let mut one = BatchBuilder::default();
+        one.push(&a);
+        let mut plain = Vec::new();
+        encode_op(&a, &mut plain);
+        assert_eq!(one.finish(), plain);
+        let mut two = BatchBuilder::default();
+        two.push(&a);
+        two.push(&b);
+        assert_eq!(two.len(), 2);
+        let bytes = two.bytes();
+        let cmd = two.finish();
+        assert_eq!(cmd.len(), bytes);
+        assert_eq!(decode_op(&cmd), Ok(Op::Batch(vec![a, b])));
+    }
+
+    #[test]
+    fn batches_round_trip_and_refuse_nesting_and_emptiness() {
+        let batch = Op::Batch(vec![
+            Op::Set {
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+                flags: 0,
+                expiry: Expiry::AfterMs(5),
+                cond: Cond::Always,
+                get_old: false,
+            },
+            Op::IncrBy {
+                key: b"n".to_vec(),
+                delta: -3,
+            },
+            Op::Get {
+                keys: vec![b"k".to_vec()],
+            },
+        ]);
+        let mut b = Vec::new();
+        encode_op(&batch, &mut b);
+        assert_eq!(decode_op(&b), Ok(batch));
+        let rs = Response::Batch(vec![
+            Response::Ok,
+            Response::Int(-3),
+            Response::Items(vec![None]),
+        ]);
+        let mut b = Vec::new();
+        encode_response(&rs, &mut b);
+        assert_eq!(decode_response(&b), Ok(rs));
+        // Nested and empty batches are refused.
+        let mut inner = Vec::new();
+        encode_op(&Op::Batch(vec![Op::DbSize]), &mut inner);
+        let mut b = vec![OP_BATCH];
+        put_len(&mut b, 1);
+        put_bytes(&mut b, &inner);
+        assert_eq!(decode_op(&b), Err(DecodeError("nested batch")));
+        assert_eq!(
+            decode_op(&[OP_BATCH, 0, 0, 0, 0]),
+            Err(DecodeError("empty batch"))
+        );
+        // An operation's length that runs past the input is refused.
+        let b = [OP_BATCH, 1, 0, 0, 0, 9, 0, 0, 0, OP_DBSIZE];
+        assert!(decode_op(&b).is_err());
     }
 
     #[test]

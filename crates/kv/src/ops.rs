@@ -117,6 +117,9 @@ pub enum Op {
     /// Remove expired items, a bounded number (no client sends it: a leader proposes it when
     /// expired items wait and no write removes them).
     Sweep,
+    /// Several operations in one log entry, applied in order (a connection's pipelined
+    /// commands: one entry, one replication round). Never nested; never empty.
+    Batch(Vec<Op>),
 }
 
 /// A stored value as reads return it.
@@ -155,4 +158,6 @@ pub enum Response {
     /// The operation failed on this value; the message is for the client (e.g. "value is not
     /// an integer or out of range").
     Error(String),
+    /// The results of an [`Op::Batch`], one per operation, in order.
+    Batch(Vec<Response>),
 }

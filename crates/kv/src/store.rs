@@ -95,16 +95,19 @@ impl Op {
     /// `Scan`): it may be answered by [`KvStore::read`] after a linearizable read (ReadIndex or
     /// lease) instead of going through the log.
     pub fn is_read_only(&self) -> bool {
-        matches!(
-            self,
-            Op::Get { .. }
-                | Op::Exists { .. }
-                | Op::Strlen { .. }
-                | Op::Ttl { .. }
-                | Op::DbSize
-                | Op::Keys { .. }
-                | Op::Scan { .. }
-        )
+        match self {
+            Op::Batch(ops) => !ops.is_empty() && ops.iter().all(Op::is_read_only),
+            op => matches!(
+                op,
+                Op::Get { .. }
+                    | Op::Exists { .. }
+                    | Op::Strlen { .. }
+                    | Op::Ttl { .. }
+                    | Op::DbSize
+                    | Op::Keys { .. }
+                    | Op::Scan { .. }
+            ),
+        }
     }
 }
 
@@ -392,6 +395,9 @@ impl KvStore {
 
     fn apply_op(&mut self, index: u64, op: &Op) -> Response {
         match op {
+            Op::Batch(ops) => {
+                Response::Batch(ops.iter().map(|op| self.apply_op(index, op)).collect())
+            }
             Op::Get { .. }
             | Op::Exists { .. }
             | Op::Strlen { .. }
@@ -609,6 +615,7 @@ impl KvStore {
 
     fn answer(&self, now: u64, op: &Op) -> Response {
         match op {
+            Op::Batch(ops) => Response::Batch(ops.iter().map(|op| self.answer(now, op)).collect()),
             Op::Get { keys } => Response::Items(
                 keys.iter()
                     .map(|k| self.live(k, now).map(Rec::item))

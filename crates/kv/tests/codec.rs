@@ -142,6 +142,11 @@ fn sample_ops() -> Vec<Op> {
             }
         }
     }
+    // Batches of everything above (never nested): every small operation inside one.
+    let small = ops.iter().filter(|o| enc_op(o).len() < 1000).cloned();
+    let batch = Op::Batch(small.collect());
+    ops.push(Op::Batch(vec![Op::DbSize]));
+    ops.push(batch);
     ops
 }
 
@@ -186,6 +191,12 @@ fn sample_responses() -> Vec<Response> {
         Response::Error(String::new()),
         Response::Error("value is not an integer or out of range".into()),
         Response::Error("ünïcödé ✓".into()),
+        Response::Batch(vec![]),
+        Response::Batch(vec![
+            Response::Ok,
+            Response::Items(vec![None]),
+            Response::Error("x".into()),
+        ]),
     ]
 }
 
@@ -210,7 +221,7 @@ fn every_op_round_trips() {
         tags.insert(bytes[0]);
         assert_eq!(decode_op(&bytes).as_ref(), Ok(op), "{op:?}");
     }
-    assert_eq!(tags.len(), 18, "every variant has its own tag");
+    assert_eq!(tags.len(), 19, "every variant has its own tag");
 }
 
 #[test]
@@ -222,7 +233,7 @@ fn every_response_round_trips() {
         tags.insert(bytes[0]);
         assert_eq!(decode_response(&bytes).as_ref(), Ok(r), "{r:?}");
     }
-    assert_eq!(tags.len(), 10, "every variant has its own tag");
+    assert_eq!(tags.len(), 11, "every variant has its own tag");
 }
 
 #[test]
@@ -298,10 +309,10 @@ fn every_truncation_and_extension_is_rejected() {
 fn strict_tags_and_enums() {
     assert!(decode_op(&[]).is_err());
     assert!(decode_response(&[]).is_err());
-    for tag in [0u8, 19, 0x80, 0xff] {
+    for tag in [0u8, 20, 0x80, 0xff] {
         assert_eq!(decode_op(&[tag]), Err(DecodeError("unknown operation tag")));
     }
-    for tag in [0u8, 11, 0xff] {
+    for tag in [0u8, 12, 0xff] {
         assert_eq!(
             decode_response(&[tag]),
             Err(DecodeError("unknown response tag"))

@@ -1727,3 +1727,81 @@ fn a_version_1_snapshot_still_restores() {
     bad[20] ^= 1;
     assert!(KvStore::restore(&bad).is_err());
 }
+
+/// A batch (a connection's pipeline in one log entry) is its operations applied in order:
+/// each sees the ones before it, the results come in order, and the state is what applying
+/// them one at a time would leave (but for CAS uniques, which are the entry's index).
+#[test]
+fn a_batch_applies_its_operations_in_order() {
+    let ops = vec![
+        set("k", "1"),
+        Op::IncrBy {
+            key: b("k"),
+            delta: 4,
+        },
+        get("k"),
+        Op::Del { keys: keys(&["k"]) },
+        get("k"),
+        Op::IncrBy {
+            key: b("k"),
+            delta: 1,
+        },
+        Op::Append {
+            key: b("k"),
+            value: b("x"),
+            must_exist: false,
+            max_len: u64::MAX,
+        },
+    ];
+    let mut one = KvStore::new();
+    let mut each = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        each.push(one.apply(1 + i as u64, 1000, op));
+    }
+    let mut batched = KvStore::new();
+    let r = batched.apply(1, 1000, &Op::Batch(ops.clone()));
+    let Response::Batch(rs) = r else {
+        panic!("a batch answers with a batch: {r:?}")
+    };
+    assert_eq!(rs.len(), ops.len());
+    assert_eq!(rs[1], Response::Int(5));
+    assert_eq!(rs[3], Response::Int(1));
+    assert_eq!(rs[4], Response::Items(vec![None]));
+    assert_eq!(rs[6], Response::Int(2));
+    for (i, (a, b)) in rs.iter().zip(&each).enumerate() {
+        let strip = |r: &Response| match r {
+            Response::Items(v) => Response::Items(
+                v.iter()
+                    .map(|i| i.clone().map(|i| Item { cas: 0, ..i }))
+                    .collect(),
+            ),
+            r => r.clone(),
+        };
+        assert_eq!(strip(a), strip(b), "operation {i}");
+    }
+    assert_eq!(
+        batched.read(1000, &get("k")),
+        Response::Items(vec![Some(Item {
+            value: b("1x"),
+            flags: 0,
+            cas: 1
+        })])
+    );
+    // A batch of reads is answered by a read, in order; a write in it makes it a write.
+    let reads = Op::Batch(vec![get("k"), Op::DbSize, get("nope")]);
+    assert!(reads.is_read_only());
+    assert_eq!(
+        batched.read(1000, &reads),
+        Response::Batch(vec![
+            Response::Items(vec![Some(Item {
+                value: b("1x"),
+                flags: 0,
+                cas: 1
+            })]),
+            Response::Int(1),
+            Response::Items(vec![None]),
+        ])
+    );
+    assert!(!Op::Batch(vec![get("k"), set("a", "b")]).is_read_only());
+    assert!(!Op::Batch(vec![]).is_read_only());
+}

@@ -83,18 +83,24 @@ impl StateMachine for KvMachine {
 
     fn may_grow(&self, command: &[u8]) -> bool {
         // Redis's denyoom commands: those that store; DEL, EXPIRE, FLUSHALL and reads pass.
-        decode_op(command).is_ok_and(|op| {
-            matches!(
-                op,
-                Op::Set { .. }
-                    | Op::MSet { .. }
-                    | Op::Cas { .. }
-                    | Op::IncrBy { .. }
-                    | Op::McIncr { .. }
-                    | Op::Append { .. }
-                    | Op::Prepend { .. }
-            )
-        })
+        // A batch (a pipeline) that holds one is refused whole: its commands are answered with
+        // the refusal, none is applied.
+        fn grows(op: &Op) -> bool {
+            match op {
+                Op::Batch(ops) => ops.iter().any(grows),
+                op => matches!(
+                    op,
+                    Op::Set { .. }
+                        | Op::MSet { .. }
+                        | Op::Cas { .. }
+                        | Op::IncrBy { .. }
+                        | Op::McIncr { .. }
+                        | Op::Append { .. }
+                        | Op::Prepend { .. }
+                ),
+            }
+        }
+        decode_op(command).is_ok_and(|op| grows(&op))
     }
 
     fn housekeeping(&self, now_ms: u64) -> Option<Vec<u8>> {

@@ -24,9 +24,28 @@ fn bind_tcp(what: &str, a: SocketAddr) -> Result<TcpListener, StartError> {
     })
 }
 
+/// Lets the process open as many descriptors as its hard limit allows, as Redis does for
+/// `maxclients`: a soft limit of 1 024 refused connections long before `max_connections`.
+fn raise_descriptor_limit() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write and read a valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                tracing::warn!("cannot raise the descriptor limit to {}", r.rlim_max);
+            }
+        }
+    }
+}
+
 /// Starts a key-value replica with its client front-ends (native UDP, RESP, memcached).
 pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
     cfg.validate().map_err(|e| StartError(e.to_string()))?;
+    raise_descriptor_limit();
     // Without a data plane the native front-end owns the client port; with one, the data
     // plane does and passes client requests it does not order itself to the front-end.
     let udp = if cfg.dataplane == DataPlaneKind::Off {
@@ -85,18 +104,23 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
         )?;
     }
     let limits = frontend::Limits::from_config(&cfg);
-    if let Some(l) = redis {
+    let listeners: Vec<frontend::tcp::Listener> = [
+        (redis, frontend::Protocol::Redis),
+        (memcache, frontend::Protocol::Memcache),
+    ]
+    .into_iter()
+    .filter_map(|(l, proto)| l.map(|socket| frontend::tcp::Listener { socket, proto }))
+    .collect();
+    if !listeners.is_empty() {
         let (h, s) = (running.handle.clone(), running.stop_flag());
         spawn(
-            "redis",
-            Box::new(move || frontend::serve_tcp(l, h, s, limits, frontend::Protocol::Redis)),
-        )?;
-    }
-    if let Some(l) = memcache {
-        let (h, s) = (running.handle.clone(), running.stop_flag());
-        spawn(
-            "memcache",
-            Box::new(move || frontend::serve_tcp(l, h, s, limits, frontend::Protocol::Memcache)),
+            "clients",
+            Box::new(move || {
+                waverunner_node::priority::client_thread();
+                if let Err(e) = frontend::tcp::serve(listeners, h, s.clone(), limits) {
+                    tracing::error!("client front-end stopped: {e}");
+                }
+            }),
         )?;
     }
     Ok(running)

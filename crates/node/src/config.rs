@@ -183,8 +183,9 @@ fn default_max_value() -> usize {
 /// holds one value of this size plus its key and command (storage's `MAX_ENTRY_DATA`).
 pub const MAX_VALUE_LIMIT: usize = 512 << 20;
 const _: () = assert!(MAX_VALUE_LIMIT < waverunner_storage::codec::MAX_ENTRY_DATA);
-fn default_max_connections() -> usize {
-    1_024
+/// Redis's `maxclients` default: connections cost the event loop a buffer each, not a thread.
+pub fn default_max_connections() -> usize {
+    10_000
 }
 
 /// A configuration that cannot be used; the message says what to change.

@@ -76,6 +76,11 @@ impl Stop {
         poll(&mut p, max) > 0 && p[0].revents != 0
     }
 
+    /// A descriptor that becomes readable once the flag is set (for an event loop's poll set).
+    pub fn fd(&self) -> RawFd {
+        self.rd.as_raw_fd()
+    }
+
     /// Sleeps for `d` or until the flag is set, whichever comes first.
     pub fn sleep(&self, d: Duration) {
         poll(&mut [pollin(self.rd.as_raw_fd())], Some(d));

@@ -1007,3 +1007,175 @@ pub fn garbage(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+// ---------------------------------------------------------------------------------------------
+// Pipelines
+
+/// A python3 that can import redis (redis-py; Debian's python3-redis).
+pub fn python_with_redis() -> PathBuf {
+    for p in ["/usr/bin/python3", "python3"] {
+        let ok = Command::new(p)
+            .args(["-c", "import redis"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return PathBuf::from(p);
+        }
+    }
+    panic!("no python3 with redis-py: run scripts/install-deps.sh (it installs python3-redis)");
+}
+
+/// One RESP request.
+pub fn resp_cmd(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// The length of the first complete RESP2 reply in `b` (simple, error, integer, bulk, array).
+pub fn resp_reply_len(b: &[u8]) -> Option<usize> {
+    let line = b.windows(2).position(|w| w == b"\r\n")?;
+    let head = &b[..line];
+    let n = || -> i64 {
+        String::from_utf8_lossy(&head[1..])
+            .parse()
+            .expect("a length")
+    };
+    match head.first()? {
+        b'+' | b'-' | b':' => Some(line + 2),
+        b'$' if n() < 0 => Some(line + 2),
+        b'$' => {
+            let end = line + 2 + n() as usize + 2;
+            (b.len() >= end).then_some(end)
+        }
+        b'*' => {
+            let mut at = line + 2;
+            for _ in 0..n().max(0) {
+                at += resp_reply_len(&b[at..])?;
+            }
+            Some(at)
+        }
+        c => panic!("not a RESP reply: {:?}", *c as char),
+    }
+}
+
+/// Splits `b` into complete RESP replies.
+pub fn resp_replies(mut b: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(n) = resp_reply_len(b) {
+        out.push(b[..n].to_vec());
+        b = &b[n..];
+    }
+    out
+}
+
+/// Pipelines of mixed reads and writes through `addr`, each checked to be answered in request
+/// order: one raw write of `3 × n` commands (SET, INCR, GET per item) read back reply by reply;
+/// the same through `redis-cli --pipe`; and a redis-py pipeline. `tag` keeps keys apart.
+pub fn check_pipelines(addr: SocketAddr, tag: &str, n: usize) {
+    // Raw: every reply in its place.
+    let ctr = format!("{tag}:ctr");
+    let base: i64 = redis(addr, &["GET", &ctr])
+        .trim_matches('"')
+        .parse()
+        .unwrap_or(0);
+    let mut req = Vec::new();
+    for i in 0..n {
+        let (k, v) = (format!("{tag}:k{i}"), format!("v{i}"));
+        req.extend(resp_cmd(&[b"SET", k.as_bytes(), v.as_bytes()]));
+        req.extend(resp_cmd(&[b"INCR", ctr.as_bytes()]));
+        req.extend(resp_cmd(&[b"GET", k.as_bytes()]));
+    }
+    let mut s = connect(addr, Duration::from_secs(30));
+    s.write_all(&req).expect("write the pipeline");
+    let (got, _) = read_until(&mut s, Duration::from_secs(60), |b| {
+        resp_replies(b).len() >= 3 * n
+    });
+    let replies = resp_replies(&got);
+    assert_eq!(
+        replies.len(),
+        3 * n,
+        "replies to a pipeline of {} at {addr}",
+        3 * n
+    );
+    for i in 0..n {
+        let v = format!("v{i}");
+        assert_eq!(replies[3 * i], b"+OK\r\n", "SET #{i} at {addr}");
+        assert_eq!(
+            replies[3 * i + 1],
+            format!(":{}\r\n", base + i as i64 + 1).into_bytes(),
+            "INCR #{i} at {addr}: answered out of order"
+        );
+        assert_eq!(
+            replies[3 * i + 2],
+            format!("${}\r\n{v}\r\n", v.len()).into_bytes(),
+            "GET #{i} at {addr}: answered out of order"
+        );
+    }
+
+    // redis-cli --pipe: every reply counted, none an error.
+    let cli = require_tool("redis-cli");
+    let mut pipe = Vec::new();
+    for i in 0..n {
+        let k = format!("{tag}:p{i}");
+        pipe.extend(resp_cmd(&[b"SET", k.as_bytes(), b"x"]));
+        pipe.extend(resp_cmd(&[b"GET", k.as_bytes()]));
+    }
+    let o = run_with_timeout(
+        Command::new(cli)
+            .arg("-h")
+            .arg(addr.ip().to_string())
+            .arg("-p")
+            .arg(addr.port().to_string())
+            .arg("--pipe"),
+        Some(&pipe),
+        Duration::from_secs(60),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains(&format!("errors: 0, replies: {}", 2 * n)),
+        "redis-cli --pipe at {addr}: {out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // redis-py: a pipeline without MULTI (transactions are issue 14's), results in order.
+    let py = python_with_redis();
+    let script = format!(
+        r#"
+import redis, sys
+r = redis.Redis(host="{ip}", port={port}, socket_timeout=30)
+p = r.pipeline(transaction=False)
+n = {n}
+for i in range(n):
+    p.set("{tag}:py%d" % i, "val%d" % i)
+    p.incr("{tag}:pyc")
+    p.get("{tag}:py%d" % i)
+res = p.execute()
+base = res[1] - 1
+for i in range(n):
+    assert res[3*i] is True, (i, res[3*i])
+    assert res[3*i+1] == base + i + 1, (i, res[3*i+1])
+    assert res[3*i+2] == ("val%d" % i).encode(), (i, res[3*i+2])
+print("ok", len(res))
+"#,
+        ip = addr.ip(),
+        port = addr.port(),
+    );
+    let o = run_with_timeout(
+        Command::new(py).arg("-c").arg(&script),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ok"),
+        "redis-py pipeline at {addr}: {} {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -1,15 +1,11 @@
-//! The Redis RESP2 front-end: one connection, parsed, run and answered in order
-//! (`waverunner_kv::resp` is the codec).
-
-use std::io::Write;
-use std::net::TcpStream;
-use std::sync::atomic::Ordering;
+//! The Redis RESP2 front-end: a connection's commands parsed into what the event loop
+//! ([`super::tcp`]) answers or submits (`waverunner_kv::resp` is the codec).
 
 use waverunner_kv::resp;
 use waverunner_node::replica::{ClientError, Handle};
-use waverunner_node::stop::Stop;
 
-use super::{fill, max_request, native, with_limits, Limits};
+use super::tcp::{self, Item, Parsed};
+use super::{with_limits, Limits};
 
 fn info_fields(handle: &Handle) -> Vec<(&'static str, String)> {
     let st = handle.status();
@@ -53,92 +49,74 @@ fn human_bytes(n: u64) -> String {
     format!("{n}B")
 }
 
-pub(super) fn redis_conn(
-    s: &mut TcpStream,
-    handle: &Handle,
+/// A RESP connection's parser state.
+pub(super) struct Conn {
+    session: resp::Session,
+    rl: resp::Limits,
     limits: Limits,
-    stop: &Stop,
-) -> std::io::Result<()> {
-    let rl = resp::Limits {
-        max_bulk: limits.max_value,
-        ..resp::Limits::default()
-    };
-    static CONN_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let addr =
-        |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
-    let mut session = resp::Session::new(
-        CONN_IDS.fetch_add(1, Ordering::Relaxed),
-        addr(s.peer_addr()),
-        addr(s.local_addr()),
-    );
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    loop {
-        let mut used = 0;
-        loop {
-            match resp::parse_command(&buf[used..], &rl) {
-                Ok(Some((args, n))) => {
-                    used += n;
-                    if args.is_empty() {
-                        continue;
-                    }
-                    match resp::command(&args) {
-                        resp::Action::Reply(r) => {
-                            if r.starts_with(b"-") {
-                                handle.client_error();
-                            }
-                            out.extend_from_slice(&r);
-                        }
-                        resp::Action::Store(op, render) => {
-                            match native::exec(handle, &with_limits(op, limits)) {
-                                Ok(r) => out.extend_from_slice(&resp::render(&render, &r)),
-                                Err(e) => out.extend_from_slice(&resp_error(&e)),
-                            }
-                        }
-                        resp::Action::Info => {
-                            out.extend_from_slice(&resp::render_info(&info_fields(handle)))
-                        }
-                        resp::Action::Client(cmd) => out.extend_from_slice(&session.client(&cmd)),
-                        resp::Action::Quit => {
-                            out.extend_from_slice(b"+OK\r\n");
-                            s.write_all(&out)?;
-                            return Ok(());
-                        }
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    handle.client_error();
-                    out.extend_from_slice(format!("-ERR {e}\r\n").as_bytes());
-                    s.write_all(&out)?;
-                    return Ok(());
-                }
+}
+
+impl Conn {
+    pub(super) fn new(id: u64, addr: String, laddr: String, limits: Limits) -> Conn {
+        Conn {
+            session: resp::Session::new(id, addr, laddr),
+            rl: resp::Limits {
+                max_bulk: limits.max_value,
+                ..resp::Limits::default()
+            },
+            limits,
+        }
+    }
+
+    /// The next command in `buf`, if complete; commands that need no store are answered here.
+    pub(super) fn next(&mut self, buf: &[u8], handle: &Handle) -> Option<Parsed> {
+        let (args, used) = match resp::parse_command(buf, &self.rl) {
+            Ok(Some(x)) => x,
+            Ok(None) => return None,
+            Err(e) => {
+                handle.client_error();
+                let item = Item::Close(format!("-ERR {e}\r\n").into_bytes());
+                return Some(Parsed {
+                    item,
+                    used: buf.len(),
+                    skip_more: 0,
+                });
             }
-        }
-        buf.drain(..used);
-        if !out.is_empty() {
-            s.write_all(&out)?;
-            out.clear();
-        }
-        if buf.len() > max_request(limits) {
-            // One request larger than any sensible one: refuse it rather than buffer it.
-            handle.client_error();
-            s.write_all(b"-ERR Protocol error: request too large\r\n")?;
-            return Ok(());
-        }
-        if !fill(s, &mut buf, stop)? {
-            return Ok(());
-        }
+        };
+        let item = if args.is_empty() {
+            Item::Reply(Vec::new())
+        } else {
+            match resp::command(&args) {
+                resp::Action::Reply(r) => {
+                    if r.starts_with(b"-") {
+                        handle.client_error();
+                    }
+                    Item::Reply(r)
+                }
+                resp::Action::Store(op, render) => {
+                    Item::Store(with_limits(op, self.limits), tcp::Render::Redis(render))
+                }
+                resp::Action::Info => Item::Reply(resp::render_info(&info_fields(handle))),
+                resp::Action::Client(cmd) => Item::Reply(self.session.client(&cmd)),
+                resp::Action::Quit => Item::Close(b"+OK\r\n".to_vec()),
+            }
+        };
+        Some(Parsed {
+            item,
+            used,
+            skip_more: 0,
+        })
     }
 }
 
 /// A failed request as Redis answers it: `-OOM …` as Redis words it past `maxmemory`,
 /// `-ERR …` otherwise.
-fn resp_error(e: &ClientError) -> Vec<u8> {
+pub(super) fn error(e: &ClientError) -> Vec<u8> {
     match e {
         ClientError::OutOfMemory => {
             b"-OOM command not allowed when used memory > 'maxmemory'.\r\n".to_vec()
         }
+        ClientError::Busy => format!("-BUSY {}\r\n", ClientError::Busy).into_bytes(),
         e => format!("-ERR {e}\r\n").into_bytes(),
     }
 }

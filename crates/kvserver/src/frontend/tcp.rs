@@ -1,0 +1,581 @@
+//! The TCP front-ends' event loop: every RESP and memcached connection of a replica served by
+//! one thread (mio over epoll), not a thread each.
+//!
+//! A connection's pipelined commands are parsed as they arrive and all submitted before any
+//! answer is awaited, so the replica loop takes them into one ready batch (one append, one
+//! replication round for the pipeline, not one per command). Answers come back in any order
+//! through a completion queue and are written in request order (Redis and memcached
+//! semantics).
+//!
+//! Bounds: [`MAX_PIPELINE`] commands in flight per connection and [`MAX_OUT`] bytes of unsent
+//! replies; past either the connection is not read (TCP backpressure) until its answers
+//! drain. `max_connections` connections per listener; more get the protocol's error and are
+//! closed. A request larger than any the limits allow is refused with an error.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use waverunner_kv::codec::{decode_response, BatchBuilder};
+use waverunner_kv::{memcache, resp, Op, Response};
+use waverunner_node::replica::{ClientError, Handle};
+use waverunner_node::stop::Stop;
+
+use super::memcache as memcache_fe;
+use super::resp as resp_fe;
+use super::{max_request, Limits, Protocol};
+
+/// Commands of one connection submitted and not answered yet, at most. A client pipelining
+/// more waits (its socket is not read) until answers drain.
+pub const MAX_PIPELINE: usize = 1_024;
+
+/// Bytes of replies waiting to be sent on one connection, at most, before it is no longer read:
+/// a client that sends but does not read cannot make the replica buffer without bound.
+pub const MAX_OUT: usize = 4 << 20;
+
+/// A batch holds operations up to about this many bytes (one larger operation goes alone).
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// Bytes read from a socket per `read` call.
+const READ_CHUNK: usize = 64 << 10;
+
+const STOP: Token = Token(0);
+const WAKER: Token = Token(1);
+const LISTENER0: usize = 2;
+const CONN0: usize = 16;
+
+/// How to turn the store's response into the reply a command expects.
+pub(super) enum Render {
+    Redis(resp::Render),
+    /// The reply, unless the client said `noreply`.
+    Memcache(memcache::McRender, bool),
+}
+
+impl Render {
+    fn reply(&self, r: Result<Response, ClientError>) -> Vec<u8> {
+        match (self, r) {
+            (Render::Redis(how), Ok(resp)) => resp::render(how, &resp),
+            (Render::Redis(_), Err(e)) => resp_fe::error(&e),
+            (Render::Memcache(_, true), _) => Vec::new(),
+            (Render::Memcache(how, false), Ok(resp)) => memcache::render(how, &resp),
+            (Render::Memcache(_, false), Err(e)) => memcache_fe::error(&e),
+        }
+    }
+}
+
+/// What the parser made of the next bytes of a connection.
+pub(super) enum Item {
+    /// Write this (may be empty: nothing to answer).
+    Reply(Vec<u8>),
+    /// Submit this operation; answer with the rendering of its result.
+    Store(waverunner_kv::Op, Render),
+    /// Write this, then close the connection once everything before it is answered.
+    Close(Vec<u8>),
+}
+
+/// One parsed item: the bytes it used, and bytes after the buffer still to be skipped (the
+/// rest of a refused memcached value).
+pub(super) struct Parsed {
+    pub item: Item,
+    pub used: usize,
+    pub skip_more: usize,
+}
+
+/// A protocol's parser state for one connection.
+pub(super) enum Codec {
+    Redis(resp_fe::Conn),
+    Memcache(memcache_fe::Conn),
+}
+
+impl Codec {
+    fn next(&mut self, buf: &[u8], handle: &Handle) -> Option<Parsed> {
+        match self {
+            Codec::Redis(c) => c.next(buf, handle),
+            Codec::Memcache(c) => c.next(buf, handle),
+        }
+    }
+}
+
+/// A reply's place in the connection's answer order.
+enum Slot {
+    Ready(Vec<u8>),
+    Waiting(Render),
+}
+
+struct Conn {
+    stream: TcpStream,
+    proto: Protocol,
+    /// Distinguishes this connection from an earlier one in the same slab slot (a late answer
+    /// for a closed connection is dropped).
+    gen: u64,
+    codec: Codec,
+    inbuf: Vec<u8>,
+    /// Bytes of `inbuf` already parsed.
+    parsed: usize,
+    /// Bytes still to swallow as they arrive (a refused memcached value's rest).
+    skip: usize,
+    out: Vec<u8>,
+    /// Bytes of `out` already sent.
+    sent: usize,
+    /// Answers in request order; `slots[0]` is request number `first`.
+    slots: VecDeque<Slot>,
+    first: u64,
+    /// Operations parsed and not submitted yet, with their request numbers.
+    held: VecDeque<(u64, Op)>,
+    /// A batch was submitted and not answered: the next waits for it, so that a connection's
+    /// commands apply in the order sent (a batch forwarded by a follower could otherwise
+    /// overtake an earlier one, a read be served before the write sent ahead of it).
+    in_flight: bool,
+    /// Close once everything queued is sent (QUIT, a protocol error, the peer's end of stream).
+    closing: bool,
+    /// Not read any more (closing, or the peer closed its side).
+    read_done: bool,
+}
+
+/// An answer from the replica loop for requests `seqs` of connection `conn` (one operation,
+/// or a batch of them).
+struct Done {
+    conn: usize,
+    gen: u64,
+    seqs: Vec<u64>,
+    result: Result<Vec<u8>, ClientError>,
+}
+
+/// Where the replica loop leaves answers; the loop takes them when woken.
+struct Completions {
+    done: Mutex<Vec<Done>>,
+    waker: Waker,
+    /// A wake-up is pending: later answers do not write the eventfd again.
+    woken: AtomicBool,
+}
+
+impl Completions {
+    fn push(&self, d: Done) {
+        self.done.lock().expect("completions").push(d);
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            let _ = self.waker.wake();
+        }
+    }
+
+    fn take(&self) -> Vec<Done> {
+        self.woken.store(false, Ordering::Release);
+        std::mem::take(&mut *self.done.lock().expect("completions"))
+    }
+}
+
+/// The listeners the loop accepts on.
+pub struct Listener {
+    /// Bound, listening socket.
+    pub socket: std::net::TcpListener,
+    /// What it speaks.
+    pub proto: Protocol,
+}
+
+/// Serves every listener's connections on the calling thread until `stop`.
+pub fn serve(
+    listeners: Vec<Listener>,
+    handle: Handle,
+    stop: Arc<Stop>,
+    limits: Limits,
+) -> io::Result<()> {
+    assert!(listeners.len() <= CONN0 - LISTENER0);
+    let mut poll = Poll::new()?;
+    let registry = poll.registry();
+    let stop_fd = stop.fd();
+    registry.register(&mut SourceFd(&stop_fd), STOP, Interest::READABLE)?;
+    let completions = Arc::new(Completions {
+        done: Mutex::new(Vec::new()),
+        waker: Waker::new(registry, WAKER)?,
+        woken: AtomicBool::new(false),
+    });
+    let mut ls = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        l.socket.set_nonblocking(true)?;
+        let mut sock = TcpListener::from_std(l.socket);
+        registry.register(&mut sock, Token(LISTENER0 + i), Interest::READABLE)?;
+        ls.push((sock, l.proto));
+    }
+    let mut lp = Loop {
+        conns: Vec::new(),
+        free: Vec::new(),
+        open: [0; 2],
+        gens: 0,
+        handle,
+        limits,
+        completions,
+        conn_ids: 0,
+    };
+    let mut events = Events::with_capacity(1_024);
+    while !stop.is_set() {
+        if let Err(e) = poll.poll(&mut events, None) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        for ev in events.iter() {
+            match ev.token() {
+                STOP => {}
+                WAKER => lp.on_completions(),
+                Token(t) if t < CONN0 => {
+                    let (l, proto) = &mut ls[t - LISTENER0];
+                    lp.accept(poll.registry(), l, *proto);
+                }
+                Token(t) => lp.pump(t - CONN0),
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Loop {
+    conns: Vec<Option<Conn>>,
+    /// Free slots of `conns`.
+    free: Vec<usize>,
+    /// Open connections per protocol (`Protocol as usize`).
+    open: [usize; 2],
+    gens: u64,
+    handle: Handle,
+    limits: Limits,
+    completions: Arc<Completions>,
+    conn_ids: u64,
+}
+
+impl Loop {
+    fn accept(&mut self, registry: &mio::Registry, l: &mut TcpListener, proto: Protocol) {
+        loop {
+            let (mut stream, peer) = match l.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors, say: the listener stays; the next edge retries.
+                    tracing::warn!("accept: {e}");
+                    return;
+                }
+            };
+            if self.open[proto as usize] >= self.limits.max_connections {
+                self.handle.client_error();
+                let msg: &[u8] = match proto {
+                    Protocol::Redis => b"-ERR max number of clients reached\r\n",
+                    Protocol::Memcache => b"SERVER_ERROR too many open connections\r\n",
+                };
+                let _ = stream.write(msg);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let i = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if let Err(e) = registry.register(&mut stream, Token(CONN0 + i), interest) {
+                tracing::warn!("cannot watch a connection: {e}");
+                self.free.push(i);
+                continue;
+            }
+            self.conn_ids += 1;
+            let codec = match proto {
+                Protocol::Redis => {
+                    let local = stream.local_addr().map(|a| a.to_string());
+                    Codec::Redis(resp_fe::Conn::new(
+                        self.conn_ids,
+                        peer.to_string(),
+                        local.unwrap_or_default(),
+                        self.limits,
+                    ))
+                }
+                Protocol::Memcache => Codec::Memcache(memcache_fe::Conn::new(self.limits)),
+            };
+            self.gens += 1;
+            self.open[proto as usize] += 1;
+            self.conns[i] = Some(Conn {
+                stream,
+                proto,
+                gen: self.gens,
+                codec,
+                inbuf: Vec::new(),
+                parsed: 0,
+                skip: 0,
+                out: Vec::new(),
+                sent: 0,
+                slots: VecDeque::new(),
+                first: 0,
+                held: VecDeque::new(),
+                in_flight: false,
+                closing: false,
+                read_done: false,
+            });
+            // Bytes may have arrived with the connection.
+            self.pump(i);
+        }
+    }
+
+    /// Moves connection `i` on (its socket is ready, or answers came); closes it when done.
+    /// Edge-triggered: it reads and writes until the kernel says it would block, or until
+    /// the connection's bounds say stop (then answers arriving call it again).
+    fn pump(&mut self, i: usize) {
+        let Some(Some(c)) = self.conns.get_mut(i) else {
+            return;
+        };
+        if !c.pump(i, &self.handle, self.limits, &self.completions) {
+            let c = self.conns[i].take().expect("checked");
+            // Closing the descriptor removes it from the poll set.
+            self.open[c.proto as usize] -= 1;
+            self.free.push(i);
+        }
+    }
+
+    fn on_completions(&mut self) {
+        let mut touched = Vec::new();
+        for d in self.completions.take() {
+            let Some(Some(c)) = self.conns.get_mut(d.conn) else {
+                continue;
+            };
+            if c.gen != d.gen {
+                continue; // the connection closed meanwhile
+            }
+            c.answered(d.seqs, d.result);
+            touched.push(d.conn);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        // Answers make room: write them, submit what waited, read what waited behind the bounds.
+        for i in touched {
+            self.pump(i);
+        }
+    }
+}
+
+impl Conn {
+    /// Moves the connection as far as it can go: sends answers ready in order, parses and
+    /// submits what was read, reads more while the bounds allow. False once it is done with.
+    fn pump(
+        &mut self,
+        me: usize,
+        handle: &Handle,
+        limits: Limits,
+        done: &Arc<Completions>,
+    ) -> bool {
+        loop {
+            // Answers first: they make room under the bounds for what is parsed next.
+            self.collect();
+            if self.flush().is_err() {
+                return false;
+            }
+            let parsed = self.parse(handle);
+            self.submit(me, handle, done);
+            if parsed {
+                continue; // write what is ready, parse on (also after the end of stream)
+            }
+            if self.closing || self.read_done {
+                // Done once everything is answered and sent.
+                return !(self.slots.is_empty() && self.sent == self.out.len());
+            }
+            if self.full() {
+                return true; // backpressure: answers arriving call this again
+            }
+            if self.inbuf.len() - self.parsed > max_request(limits) {
+                handle.client_error();
+                let msg: &[u8] = match self.codec {
+                    Codec::Redis(_) => b"-ERR Protocol error: request too large\r\n",
+                    Codec::Memcache(_) => b"SERVER_ERROR object too large for cache\r\n",
+                };
+                self.push(msg.to_vec());
+                self.closing = true;
+                continue;
+            }
+            match self.read() {
+                Ok(true) => continue,
+                Ok(false) => return true, // would block: the next edge brings more
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Past a bound: not parsed or read until answers drain.
+    fn full(&self) -> bool {
+        self.slots.len() >= MAX_PIPELINE || self.out.len() - self.sent >= MAX_OUT
+    }
+
+    /// Parses every complete command in the buffer (up to the bounds), answering those that
+    /// need no store and holding the others for [`Conn::submit`]; whether it parsed anything.
+    fn parse(&mut self, handle: &Handle) -> bool {
+        let mut any = false;
+        while !self.full() && !self.closing {
+            let Some(p) = self.codec.next(&self.inbuf[self.parsed..], handle) else {
+                break;
+            };
+            any = true;
+            self.parsed += p.used;
+            if p.skip_more > 0 {
+                debug_assert_eq!(self.parsed, self.inbuf.len());
+                self.skip = p.skip_more;
+            }
+            match p.item {
+                Item::Reply(r) => self.push(r),
+                Item::Close(r) => {
+                    self.push(r);
+                    self.closing = true;
+                }
+                Item::Store(op, render) => {
+                    let seq = self.first + self.slots.len() as u64;
+                    self.slots.push_back(Slot::Waiting(render));
+                    self.held.push_back((seq, op));
+                }
+            }
+        }
+        if self.parsed == self.inbuf.len() {
+            self.inbuf.clear();
+            self.parsed = 0;
+        } else if self.parsed > self.inbuf.len() / 2 {
+            self.inbuf.drain(..self.parsed);
+            self.parsed = 0;
+        }
+        any
+    }
+
+    /// Submits the operations parsed so far as one command (one operation, or a batch up to
+    /// [`MAX_BATCH_BYTES`]), unless the previous one is still unanswered.
+    fn submit(&mut self, me: usize, handle: &Handle, done: &Arc<Completions>) {
+        if self.in_flight || self.held.is_empty() {
+            return;
+        }
+        let mut batch = BatchBuilder::default();
+        let mut seqs = Vec::new();
+        while let Some((seq, op)) = self.held.front() {
+            if !batch.is_empty() && batch.bytes() >= MAX_BATCH_BYTES {
+                break;
+            }
+            batch.push(op);
+            seqs.push(*seq);
+            self.held.pop_front();
+        }
+        self.in_flight = true;
+        let (d, gen) = (done.clone(), self.gen);
+        handle.submit(
+            0,
+            0,
+            batch.finish(),
+            Box::new(move |result| {
+                d.push(Done {
+                    conn: me,
+                    gen,
+                    seqs,
+                    result,
+                })
+            }),
+        );
+    }
+
+    /// The answer to the command of requests `seqs`: each request's reply takes its place.
+    fn answered(&mut self, seqs: Vec<u64>, result: Result<Vec<u8>, ClientError>) {
+        debug_assert!(self.in_flight, "an answer without a request");
+        self.in_flight = false;
+        let undecodable = |e: String| ClientError::Unavailable(format!("undecodable result: {e}"));
+        let results: Vec<Result<Response, ClientError>> = match result {
+            Err(e) => seqs.iter().map(|_| Err(e.clone())).collect(),
+            Ok(b) => match decode_response(&b) {
+                Ok(Response::Batch(rs)) if seqs.len() > 1 && rs.len() == seqs.len() => {
+                    rs.into_iter().map(Ok).collect()
+                }
+                Ok(r) if seqs.len() == 1 => vec![Ok(r)],
+                Ok(r) => {
+                    let e = undecodable(format!("{r:?} for {} requests", seqs.len()));
+                    seqs.iter().map(|_| Err(e.clone())).collect()
+                }
+                Err(e) => seqs
+                    .iter()
+                    .map(|_| Err(undecodable(e.to_string())))
+                    .collect(),
+            },
+        };
+        for (seq, r) in seqs.into_iter().zip(results) {
+            let slot = &mut self.slots[(seq - self.first) as usize];
+            let Slot::Waiting(render) = slot else {
+                unreachable!("request {seq} answered twice");
+            };
+            *slot = Slot::Ready(render.reply(r));
+        }
+    }
+
+    /// Queues a reply after those before it.
+    fn push(&mut self, r: Vec<u8>) {
+        if self.slots.is_empty() {
+            self.out.extend_from_slice(&r);
+        } else {
+            self.slots.push_back(Slot::Ready(r));
+        }
+    }
+
+    /// Moves answers that are ready, in order, into the output.
+    fn collect(&mut self) {
+        while let Some(Slot::Ready(_)) = self.slots.front() {
+            let Some(Slot::Ready(r)) = self.slots.pop_front() else {
+                unreachable!()
+            };
+            self.out.extend_from_slice(&r);
+            self.first += 1;
+        }
+    }
+
+    /// Writes the output until done or the socket is full.
+    fn flush(&mut self) -> io::Result<()> {
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        }
+        Ok(())
+    }
+
+    /// Reads once; true if bytes came, false if the socket would block. End of stream: the
+    /// connection answers what it has and closes.
+    fn read(&mut self) -> io::Result<bool> {
+        let at = self.inbuf.len();
+        self.inbuf.resize(at + READ_CHUNK, 0);
+        let r = loop {
+            match self.stream.read(&mut self.inbuf[at..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
+        match r {
+            Ok(0) => {
+                self.inbuf.truncate(at);
+                self.read_done = true;
+                Ok(true)
+            }
+            Ok(n) => {
+                self.inbuf.truncate(at + n);
+                if self.skip > 0 {
+                    let k = self.skip.min(self.inbuf.len() - self.parsed);
+                    self.inbuf.drain(self.parsed..self.parsed + k);
+                    self.skip -= k;
+                }
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.inbuf.truncate(at);
+                Ok(false)
+            }
+            Err(e) => {
+                self.inbuf.truncate(at);
+                Err(e)
+            }
+        }
+    }
+}
