@@ -241,6 +241,12 @@ fn serve_everything(dir: &Path, no_disables: bool) {
         assert_eq!(redis(r, &["GET", "rc"]), format!("\"{}\"", n.ids.len()));
     }
 
+    // Pipelines of mixed reads and writes, answered in order, at the leader and a follower.
+    let fi = (li + 1) % n.redis.len();
+    for i in [li, fi] {
+        common::check_pipelines(n.redis[i], &format!("pipe{}", n.ids[i]), 300);
+    }
+
     // waverunner kv.
     assert_eq!(
         ok(&["kv", "--dir", &d, "set", "kvkey", "hello"]).trim(),

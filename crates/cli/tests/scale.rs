@@ -158,12 +158,14 @@ fn a_wiped_follower_installs_a_snapshot_while_writes_continue() {
         ..Opts::default()
     });
     resp_load(c.redis_addr(leader), "base", 0..50_000, 100);
+    let loaded = c.status(leader).applied_index;
     // A snapshot on demand: answered once written by the background thread.
     let (code, body) = http_post(c.admin_addr(leader), "/snapshot", WAIT);
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("\"ok\":true"), "{body}");
     let st = c.status(leader);
-    assert!(st.snapshot.last_index >= 50_000, "{:?}", st.snapshot);
+    // (The load's pipelines are batches: fewer entries than keys.)
+    assert!(st.snapshot.last_index >= loaded, "{:?}", st.snapshot);
     assert!(st.snapshot.last_bytes > 50_000 * 100, "{:?}", st.snapshot);
     assert!(st.counters.snapshots_taken >= 1);
 

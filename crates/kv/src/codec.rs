@@ -257,54 +257,29 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
     }
 }
 
-/// Builds the command for a run of operations: the operation itself when there is one, an
-/// [`Op::Batch`] of them otherwise, encoded as they are added (no `Op::Batch` is built).
-#[derive(Debug, Default)]
-pub struct BatchBuilder {
-    /// The operations' nested encodings (each length-prefixed), as in a batch.
-    body: Vec<u8>,
-    n: u32,
-}
-
-impl BatchBuilder {
-    /// Adds `op` (not a batch).
-    pub fn push(&mut self, op: &Op) {
-        assert!(!matches!(op, Op::Batch(_)), "a nested batch");
-        put_nested(&mut self.body, |out| encode_op(op, out));
-        self.n += 1;
+/// The command for a run of operations, each already encoded ([`encode_op`]): the operation
+/// itself when there is one, an [`Op::Batch`] of them otherwise.
+///
+/// # Panics
+///
+/// If `ops` is empty or one of them is a batch.
+pub fn batch_command(mut ops: Vec<Vec<u8>>) -> Vec<u8> {
+    assert!(!ops.is_empty(), "an empty batch");
+    assert!(
+        ops.iter().all(|o| o.first() != Some(&OP_BATCH)),
+        "a nested batch"
+    );
+    if ops.len() == 1 {
+        return ops.pop().expect("one");
     }
-
-    /// Operations added.
-    pub fn len(&self) -> usize {
-        self.n as usize
+    let body: usize = ops.iter().map(|o| o.len() + 4).sum();
+    let mut out = Vec::with_capacity(body + 5);
+    out.push(OP_BATCH);
+    put_len(&mut out, ops.len());
+    for o in &ops {
+        put_bytes(&mut out, o);
     }
-
-    /// Whether none was added.
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
-    }
-
-    /// Bytes of the command so far.
-    pub fn bytes(&self) -> usize {
-        self.body.len() + 5
-    }
-
-    /// The command: the one operation's encoding, or the batch's.
-    ///
-    /// # Panics
-    ///
-    /// If no operation was added.
-    pub fn finish(self) -> Vec<u8> {
-        assert!(self.n > 0, "an empty batch");
-        if self.n == 1 {
-            return self.body[4..].to_vec();
-        }
-        let mut out = Vec::with_capacity(self.body.len() + 5);
-        out.push(OP_BATCH);
-        put_u32(&mut out, self.n);
-        out.extend_from_slice(&self.body);
-        out
-    }
+    out
 }
 
 /// Appends what `f` encodes as bytes (a `u32` length, then them), without a copy.
@@ -819,25 +794,20 @@ mod tests {
     }
 
     #[test]
-    fn the_builder_encodes_one_op_plainly_and_several_as_a_batch() {
+    fn a_batch_command_is_one_op_plainly_and_several_as_a_batch() {
         let (a, b) = (
             Op::DbSize,
             Op::Del {
                 keys: vec![b"k".to_vec()],
             },
         );
-        let mut one = BatchBuilder::default();
-        one.push(&a);
-        let mut plain = Vec::new();
-        encode_op(&a, &mut plain);
-        assert_eq!(one.finish(), plain);
-        let mut two = BatchBuilder::default();
-        two.push(&a);
-        two.push(&b);
-        assert_eq!(two.len(), 2);
-        let bytes = two.bytes();
-        let cmd = two.finish();
-        assert_eq!(cmd.len(), bytes);
+        let enc = |op: &Op| {
+            let mut out = Vec::new();
+            encode_op(op, &mut out);
+            out
+        };
+        assert_eq!(batch_command(vec![enc(&a)]), enc(&a));
+        let cmd = batch_command(vec![enc(&a), enc(&b)]);
         assert_eq!(decode_op(&cmd), Ok(Op::Batch(vec![a, b])));
     }
 

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use waverunner_kv::codec::{decode_response, encode_op};
 use waverunner_kv::native::{self as proto, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
-use waverunner_kv::Response;
 
 use waverunner_node::replica::{ClientError, Handle};
 use waverunner_node::sm::Envelope;
@@ -101,13 +100,4 @@ pub fn serve(sock: UdpSocket, handle: Handle, self_id: u64, stop: Arc<Stop>) {
         };
         native.on_datagram(&buf[..n], peer);
     }
-}
-
-/// Runs one operation through the replica (front-ends of TCP protocols use it).
-pub fn exec(handle: &Handle, op: &waverunner_kv::Op) -> Result<Response, ClientError> {
-    let mut command = Vec::new();
-    encode_op(op, &mut command);
-    let bytes = handle.call(0, 0, command)?;
-    decode_response(&bytes)
-        .map_err(|e| ClientError::Unavailable(format!("undecodable result: {e}")))
 }

@@ -21,7 +21,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use waverunner_kv::codec::{decode_response, BatchBuilder};
+use waverunner_kv::codec::{batch_command, decode_response, encode_op};
 use waverunner_kv::{memcache, resp, Op, Response};
 use waverunner_node::replica::{ClientError, Handle};
 use waverunner_node::stop::Stop;
@@ -38,7 +38,8 @@ pub const MAX_PIPELINE: usize = 1_024;
 /// a client that sends but does not read cannot make the replica buffer without bound.
 pub const MAX_OUT: usize = 4 << 20;
 
-/// A batch holds operations up to about this many bytes (one larger operation goes alone).
+/// A batch of several operations holds at most this many bytes (a larger operation goes
+/// alone).
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// Bytes read from a socket per `read` call.
@@ -129,8 +130,12 @@ struct Conn {
     held: VecDeque<(u64, Op)>,
     /// A batch was submitted and not answered: the next waits for it, so that a connection's
     /// commands apply in the order sent (a batch forwarded by a follower could otherwise
-    /// overtake an earlier one, a read be served before the write sent ahead of it).
-    in_flight: bool,
+    /// overtake an earlier one, a read be served before the write sent ahead of it). Holds
+    /// the operations of a batch of several, to submit them one by one if it is refused
+    /// for memory (see [`Conn::answered`]).
+    in_flight: Option<Vec<(u64, Op)>>,
+    /// Operations at the front of `held` to submit alone (after a refusal for memory).
+    alone: usize,
     /// Close once everything queued is sent (QUIT, a protocol error, the peer's end of stream).
     closing: bool,
     /// Not read any more (closing, or the peer closed its side).
@@ -307,7 +312,8 @@ impl Loop {
                 slots: VecDeque::new(),
                 first: 0,
                 held: VecDeque::new(),
-                in_flight: false,
+                in_flight: None,
+                alone: 0,
                 closing: false,
                 read_done: false,
             });
@@ -440,28 +446,32 @@ impl Conn {
         any
     }
 
-    /// Submits the operations parsed so far as one command (one operation, or a batch up to
-    /// [`MAX_BATCH_BYTES`]), unless the previous one is still unanswered.
+    /// Submits the operations parsed so far as one command (one operation, or a batch of
+    /// up to [`MAX_BATCH_BYTES`]), unless the previous one is still unanswered.
     fn submit(&mut self, me: usize, handle: &Handle, done: &Arc<Completions>) {
-        if self.in_flight || self.held.is_empty() {
+        if self.in_flight.is_some() || self.held.is_empty() {
             return;
         }
-        let mut batch = BatchBuilder::default();
-        let mut seqs = Vec::new();
-        while let Some((seq, op)) = self.held.front() {
-            if !batch.is_empty() && batch.bytes() >= MAX_BATCH_BYTES {
+        let (mut encoded, mut ops, mut bytes) = (Vec::new(), Vec::new(), 0);
+        while let Some((_, op)) = self.held.front() {
+            let mut e = Vec::new();
+            encode_op(op, &mut e);
+            if !encoded.is_empty() && (bytes + e.len() > MAX_BATCH_BYTES || self.alone > 0) {
                 break;
             }
-            batch.push(op);
-            seqs.push(*seq);
-            self.held.pop_front();
+            bytes += e.len();
+            encoded.push(e);
+            ops.push(self.held.pop_front().expect("checked"));
         }
-        self.in_flight = true;
+        self.alone = self.alone.saturating_sub(1);
+        let seqs: Vec<u64> = ops.iter().map(|(s, _)| *s).collect();
+        // One operation needs no copy kept: it is never submitted again.
+        self.in_flight = Some(if ops.len() > 1 { ops } else { Vec::new() });
         let (d, gen) = (done.clone(), self.gen);
         handle.submit(
             0,
             0,
-            batch.finish(),
+            batch_command(encoded),
             Box::new(move |result| {
                 d.push(Done {
                     conn: me,
@@ -474,9 +484,18 @@ impl Conn {
     }
 
     /// The answer to the command of requests `seqs`: each request's reply takes its place.
+    /// A batch refused for memory (none of it applied: it holds a command that may grow the
+    /// state) goes again one operation at a time, so that only the commands that grow are
+    /// refused, as Redis refuses them in a pipeline.
     fn answered(&mut self, seqs: Vec<u64>, result: Result<Vec<u8>, ClientError>) {
-        debug_assert!(self.in_flight, "an answer without a request");
-        self.in_flight = false;
+        let ops = self.in_flight.take().expect("an answer without a request");
+        if result == Err(ClientError::OutOfMemory) && ops.len() > 1 {
+            self.alone = ops.len();
+            for op in ops.into_iter().rev() {
+                self.held.push_front(op);
+            }
+            return;
+        }
         let undecodable = |e: String| ClientError::Unavailable(format!("undecodable result: {e}"));
         let results: Vec<Result<Response, ClientError>> = match result {
             Err(e) => seqs.iter().map(|_| Err(e.clone())).collect(),
