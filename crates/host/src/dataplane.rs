@@ -141,6 +141,13 @@ pub fn reason_name(r: DisableReason) -> String {
     out
 }
 
+/// The largest proposal the data plane carries: one packet's payload (the core's
+/// `Config::dataplane_max_proposal`; larger ones go through software).
+pub const MAX_PROPOSAL: usize = fp::MAX_PAYLOAD as usize;
+
+/// The largest client command whose entry envelope the data plane carries.
+pub const MAX_COMMAND: usize = MAX_PROPOSAL - waverunner_fastpath::payload::ENV_PREFIX;
+
 /// The handler's halt code as the core's reason.
 pub fn halt_reason(code: u32) -> DisableReason {
     match code {

@@ -34,6 +34,10 @@ use std::thread::JoinHandle;
 pub use config::NodeConfig;
 pub use replica::{AdminCmd, AdminError, ClientError, Handle};
 pub use sm::StateMachine;
+/// The largest client command the data plane replicates itself (a larger one hands
+/// replication over to software for its entry): what an application batching commands
+/// stays under when a data plane is configured.
+pub use waverunner_host::dataplane::MAX_COMMAND as DATAPLANE_MAX_COMMAND;
 
 use metrics::{Addresses, Status};
 use replica::{Event, Fatal, Replica};

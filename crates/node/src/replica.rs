@@ -440,6 +440,7 @@ impl<S: StateMachine> Replica<S> {
             seed: wall_ms() ^ (u64::from(std::process::id()) << 32) ^ cfg.id,
             dataplane: dp.is_some(),
             defer_ack: dp.is_some() && cfg.durability == DurabilityMode::Fsync,
+            dataplane_max_proposal: waverunner_host::dataplane::MAX_PROPOSAL,
             ..RaftConfig::default()
         };
         let mut raft =

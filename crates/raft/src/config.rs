@@ -60,6 +60,10 @@ pub struct Config {
     pub defer_ack: bool,
     /// Minimum ticks between two attempts to enable the data plane (and after a disable).
     pub enable_backoff_ticks: u32,
+    /// The largest proposal the data plane carries (one packet's payload; the host that
+    /// drives the data plane sets it). A larger one is replicated by software: the leader
+    /// hands over first ([`crate::DisableReason::LargeProposal`]).
+    pub dataplane_max_proposal: usize,
 }
 
 impl Default for Config {
@@ -80,6 +84,7 @@ impl Default for Config {
             seed: 0,
             dataplane: false,
             defer_ack: false,
+            dataplane_max_proposal: usize::MAX,
             enable_backoff_ticks: 10,
         }
     }

@@ -1718,6 +1718,13 @@ impl Raft {
                 leader: self.leader,
             });
         }
+        if matches!(self.dp.state, DataPlaneState::On { .. })
+            && data.len() > self.cfg.dataplane_max_proposal
+        {
+            // It does not fit a packet: software replicates it, after a hand-off (as for a
+            // membership change); the data plane comes back by itself.
+            self.dataplane_gate(DisableReason::LargeProposal)?;
+        }
         match self.dp.state {
             DataPlaneState::On { .. } => {
                 self.dp.proposals.push(data);

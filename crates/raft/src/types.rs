@@ -331,6 +331,8 @@ pub enum DisableReason {
     NewTerm,
     /// The host asked (shutdown, operator).
     Host,
+    /// A proposal larger than a data-plane packet (`Config::dataplane_max_proposal`).
+    LargeProposal,
 }
 
 /// The registers the core hands to the data plane on enable and reads back on disable

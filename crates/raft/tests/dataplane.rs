@@ -622,3 +622,35 @@ fn backoff_delays_the_next_enable_after_a_disable() {
     assert_eq!(net.r(1).counters().dataplane_enable_attempts, 2);
     assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 3 });
 }
+
+/// A proposal larger than a data-plane packet is replicated by software: the leader hands
+/// over and asks to retry; once off, the same proposal is appended and committed by software,
+/// and a small one afterwards goes through the data plane again once it is back.
+#[test]
+fn a_proposal_larger_than_a_packet_hands_over_to_software() {
+    let mut net = dp_net(|c| c.dataplane_max_proposal = 100);
+    net.elect(1);
+    net.tick(1);
+    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 2 });
+    // Small enough: the data plane takes it.
+    assert_eq!(net.rm(1).propose(vec![1; 100]), Ok(Proposal::ViaDataPlane));
+    assert_eq!(net.rm(1).propose(vec![2; 101]), Err(ProposeError::Retry));
+    assert_eq!(
+        net.r(1).dataplane_state(),
+        DataPlaneState::Disabling {
+            reason: DisableReason::LargeProposal
+        }
+    );
+    net.stabilize();
+    net.dp_finish_disable(1);
+    for id in [2, 3] {
+        net.dp_finish_disable(id);
+    }
+    let Ok(Proposal::Appended(index)) = net.rm(1).propose(vec![2; 101]) else {
+        panic!("the large proposal is appended by software once the data plane is off");
+    };
+    net.stabilize();
+    for id in [1, 2, 3] {
+        assert!(net.r(id).commit_index() >= index, "node {id}");
+    }
+}

@@ -87,6 +87,8 @@ pub struct Stats {
     pub max_term: u64,
     pub dataplane_enables: u64,
     pub dataplane_disables: u64,
+    /// Disables for a proposal larger than a data-plane packet (a large write).
+    pub dataplane_disables_large: u64,
     pub dataplane_handled: u64,
     pub crashes: u64,
     pub lost_logs: u64,
@@ -264,6 +266,20 @@ fn write_payload(w: u64) -> Vec<u8> {
     v
 }
 
+/// Bytes of a large write: its entry does not fit a data-plane packet, so a leader with its
+/// data plane on hands over to software to replicate it (`DisableReason::LargeProposal`).
+const LARGE_WRITE: usize = waverunner_host::dataplane::MAX_COMMAND + 64;
+
+/// A write submitted to a replica's host: the payload of [`write_payload`], padded to
+/// [`LARGE_WRITE`] bytes for one write in 64 on seeds that take large writes.
+fn host_write_payload(w: u64, large_writes: bool) -> Vec<u8> {
+    let mut v = write_payload(w);
+    if large_writes && w % 64 == 63 {
+        v.resize(LARGE_WRITE, 0xAB);
+    }
+    v
+}
+
 /// A native client's blind write `w` to the fast path.
 fn fast_write(w: u64) -> Packet {
     let payload = write_payload(w);
@@ -282,7 +298,8 @@ fn fast_write(w: u64) -> Packet {
 /// envelope a replica's host proposed.
 fn write_id(data: &[u8]) -> Option<u64> {
     let command = EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command);
-    (command.len() == 16).then(|| u64::from_le_bytes(command[..8].try_into().unwrap()))
+    (command.len() == 16 || command.len() == LARGE_WRITE)
+        .then(|| u64::from_le_bytes(command[..8].try_into().unwrap()))
 }
 
 struct Node {
@@ -454,6 +471,7 @@ impl World {
             dataplane: self.opts.dataplane,
             defer_ack: self.opts.durability == Durability::Fsync,
             enable_backoff_ticks: 20,
+            dataplane_max_proposal: waverunner_host::dataplane::MAX_PROPOSAL,
             read_mode: if self.lease_reads {
                 ReadMode::Lease
             } else {
@@ -722,7 +740,8 @@ impl World {
             }
             Packet::Fast(hdr, payload) => self.fast_ingress(to, from, hdr, payload),
             Packet::Request(w) => {
-                self.submit(to, write_payload(w), Op::Write(w));
+                let large = (self.seed >> 5) & 1 == 1;
+                self.submit(to, host_write_payload(w, large), Op::Write(w));
                 self.drive(to);
             }
             Packet::Forward(env) => {
@@ -1248,6 +1267,8 @@ impl World {
         self.stats.held_appends += h.reordered;
         self.stats.dataplane_enables += h.enables;
         self.stats.dataplane_disables += h.disables.values().sum::<u64>();
+        self.stats.dataplane_disables_large +=
+            h.disables.get("large_proposal").copied().unwrap_or(0);
         self.stats.retransmissions += h.retransmitted;
         self.stats.fast_rejects += h.rejects_sent;
     }

@@ -10,7 +10,7 @@ pub mod tcp;
 
 use waverunner_kv::Op;
 
-use waverunner_node::config::NodeConfig;
+use waverunner_node::config::{DataPlaneKind, NodeConfig};
 
 /// Which TCP protocol a listener speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +29,10 @@ pub struct Limits {
     pub max_value: usize,
     /// Connections per listener.
     pub max_connections: usize,
+    /// Bytes of a batch of several pipelined commands, at most: what one data-plane packet
+    /// carries when a data plane is configured (a larger entry is a hand-off to software),
+    /// [`tcp::MAX_BATCH_BYTES`] otherwise.
+    pub max_batch_bytes: usize,
 }
 
 impl Limits {
@@ -37,6 +41,11 @@ impl Limits {
         Limits {
             max_value: cfg.max_value_bytes,
             max_connections: cfg.max_connections,
+            max_batch_bytes: if cfg.dataplane == DataPlaneKind::Off {
+                tcp::MAX_BATCH_BYTES
+            } else {
+                waverunner_node::DATAPLANE_MAX_COMMAND
+            },
         }
     }
 }

@@ -38,8 +38,8 @@ pub const MAX_PIPELINE: usize = 1_024;
 /// a client that sends but does not read cannot make the replica buffer without bound.
 pub const MAX_OUT: usize = 4 << 20;
 
-/// A batch of several operations holds at most this many bytes (a larger operation goes
-/// alone).
+/// A batch of several operations holds at most this many bytes without a data plane (a
+/// larger operation goes alone); see `Limits::max_batch_bytes`.
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// Bytes read from a socket per `read` call.
@@ -375,7 +375,7 @@ impl Conn {
                 return false;
             }
             let parsed = self.parse(handle);
-            self.submit(me, handle, done);
+            self.submit(me, handle, done, limits.max_batch_bytes);
             if parsed {
                 continue; // write what is ready, parse on (also after the end of stream)
             }
@@ -447,19 +447,20 @@ impl Conn {
     }
 
     /// Submits the operations parsed so far as one command (one operation, or a batch of
-    /// up to [`MAX_BATCH_BYTES`]), unless the previous one is still unanswered.
-    fn submit(&mut self, me: usize, handle: &Handle, done: &Arc<Completions>) {
+    /// up to `max_batch` bytes), unless the previous one is still unanswered.
+    fn submit(&mut self, me: usize, handle: &Handle, done: &Arc<Completions>, max_batch: usize) {
         if self.in_flight.is_some() || self.held.is_empty() {
             return;
         }
-        let (mut encoded, mut ops, mut bytes) = (Vec::new(), Vec::new(), 0);
+        let (mut encoded, mut ops, mut bytes) = (Vec::new(), Vec::new(), 5);
         while let Some((_, op)) = self.held.front() {
             let mut e = Vec::new();
             encode_op(op, &mut e);
-            if !encoded.is_empty() && (bytes + e.len() > MAX_BATCH_BYTES || self.alone > 0) {
+            // (A batch's own header and per-operation lengths: 5 + 4 each.)
+            if !encoded.is_empty() && (bytes + e.len() + 4 > max_batch || self.alone > 0) {
                 break;
             }
-            bytes += e.len();
+            bytes += e.len() + 4;
             encoded.push(e);
             ops.push(self.held.pop_front().expect("checked"));
         }
