@@ -1,11 +1,13 @@
 //! The TCP front-ends' event loop: every RESP and memcached connection of a replica served by
 //! one thread (mio over epoll), not a thread each.
 //!
-//! A connection's pipelined commands are parsed as they arrive and all submitted before any
-//! answer is awaited, so the replica loop takes them into one ready batch (one append, one
-//! replication round for the pipeline, not one per command). Answers come back in any order
-//! through a completion queue and are written in request order (Redis and memcached
-//! semantics).
+//! A connection's pipelined commands are parsed as they arrive and submitted together, before
+//! any answer is awaited. What every connection has ready at the end of one round of events
+//! goes to the replica as one command — a batch entry ([`waverunner_kv::Op::Batch`]), applied in
+//! order — so concurrent clients share a log entry and a replication round (group commit at no
+//! added delay: a lone client's command leaves at once). A connection has at most one batch in
+//! flight, so its commands apply in the order sent. Answers come back through a completion
+//! queue and are written in request order (Redis and memcached semantics).
 //!
 //! Bounds: [`MAX_PIPELINE`] commands in flight per connection and [`MAX_OUT`] bytes of unsent
 //! replies; past either the connection is not read (TCP backpressure) until its answers
@@ -128,26 +130,34 @@ struct Conn {
     first: u64,
     /// Operations parsed and not submitted yet, with their request numbers.
     held: VecDeque<(u64, Op)>,
-    /// A batch was submitted and not answered: the next waits for it, so that a connection's
-    /// commands apply in the order sent (a batch forwarded by a follower could otherwise
-    /// overtake an earlier one, a read be served before the write sent ahead of it). Holds
-    /// the operations of a batch of several, to submit them one by one if it is refused
-    /// for memory (see [`Conn::answered`]).
-    in_flight: Option<Vec<(u64, Op)>>,
+    /// Operations were submitted and not answered: the next wait for them, so that a
+    /// connection's commands apply in the order sent (a batch forwarded by a follower could
+    /// otherwise overtake an earlier one, a read be served before the write sent ahead of it).
+    in_flight: bool,
+    /// The operations in flight when they are part of a batch of several, to submit them one
+    /// by one if the batch is refused for memory (see [`Conn::answered`]).
+    in_batch: Vec<(u64, Op)>,
     /// Operations at the front of `held` to submit alone (after a refusal for memory).
     alone: usize,
+    /// In the loop's list of connections to submit from.
+    queued: bool,
     /// Close once everything queued is sent (QUIT, a protocol error, the peer's end of stream).
     closing: bool,
     /// Not read any more (closing, or the peer closed its side).
     read_done: bool,
 }
 
-/// An answer from the replica loop for requests `seqs` of connection `conn` (one operation,
-/// or a batch of them).
-struct Done {
+/// One connection's share of a submitted command: its requests, in order.
+struct Part {
     conn: usize,
     gen: u64,
     seqs: Vec<u64>,
+}
+
+/// An answer from the replica loop for a command made of `parts` (one operation, or a batch
+/// of several, from one or more connections).
+struct Done {
+    parts: Vec<Part>,
     result: Result<Vec<u8>, ClientError>,
 }
 
@@ -207,6 +217,7 @@ pub fn serve(
     }
     let mut lp = Loop {
         conns: Vec::new(),
+        submitters: Vec::new(),
         free: Vec::new(),
         open: [0; 2],
         gens: 0,
@@ -234,12 +245,17 @@ pub fn serve(
                 Token(t) => lp.pump(t - CONN0),
             }
         }
+        // Everything this round of events made ready leaves together.
+        lp.submit();
     }
     Ok(())
 }
 
 struct Loop {
     conns: Vec<Option<Conn>>,
+    /// Connections with operations ready to submit (none in flight), in the order they became
+    /// ready.
+    submitters: Vec<usize>,
     /// Free slots of `conns`.
     free: Vec<usize>,
     /// Open connections per protocol (`Protocol as usize`).
@@ -312,8 +328,10 @@ impl Loop {
                 slots: VecDeque::new(),
                 first: 0,
                 held: VecDeque::new(),
-                in_flight: None,
+                in_flight: false,
+                in_batch: Vec::new(),
                 alone: 0,
+                queued: false,
                 closing: false,
                 read_done: false,
             });
@@ -329,7 +347,12 @@ impl Loop {
         let Some(Some(c)) = self.conns.get_mut(i) else {
             return;
         };
-        if !c.pump(i, &self.handle, self.limits, &self.completions) {
+        let alive = c.pump(&self.handle, self.limits);
+        if alive && c.wants_submit() && !c.queued {
+            c.queued = true;
+            self.submitters.push(i);
+        }
+        if !alive {
             let c = self.conns[i].take().expect("checked");
             // Closing the descriptor removes it from the poll set.
             self.open[c.proto as usize] -= 1;
@@ -340,34 +363,131 @@ impl Loop {
     fn on_completions(&mut self) {
         let mut touched = Vec::new();
         for d in self.completions.take() {
-            let Some(Some(c)) = self.conns.get_mut(d.conn) else {
-                continue;
-            };
-            if c.gen != d.gen {
-                continue; // the connection closed meanwhile
+            let n: usize = d.parts.iter().map(|p| p.seqs.len()).sum();
+            let mut results = results_of(d.result, n).into_iter();
+            for part in d.parts {
+                let k = part.seqs.len();
+                let rs: Vec<_> = results.by_ref().take(k).collect();
+                let Some(Some(c)) = self.conns.get_mut(part.conn) else {
+                    continue;
+                };
+                if c.gen != part.gen {
+                    continue; // the connection closed meanwhile
+                }
+                c.answered(part.seqs, rs, n > 1);
+                touched.push(part.conn);
             }
-            c.answered(d.seqs, d.result);
-            touched.push(d.conn);
         }
         touched.sort_unstable();
         touched.dedup();
-        // Answers make room: write them, submit what waited, read what waited behind the bounds.
+        // Answers make room: write them, read and parse what waited behind the bounds.
         for i in touched {
             self.pump(i);
         }
+    }
+
+    /// Submits what the connections have ready: their operations packed, connection by
+    /// connection, into commands of at most `max_batch_bytes` (a larger operation alone).
+    fn submit(&mut self) {
+        let max = self.limits.max_batch_bytes;
+        let mut batch = Batch::default();
+        for i in std::mem::take(&mut self.submitters) {
+            let Some(Some(c)) = self.conns.get_mut(i) else {
+                continue;
+            };
+            c.queued = false;
+            let gen = c.gen;
+            let Some(ops) = c.take(max) else {
+                continue;
+            };
+            c.in_flight = true;
+            let bytes: usize = ops.iter().map(|(_, _, e)| e.len() + 4).sum();
+            if !batch.parts.is_empty() && batch.bytes + bytes > max {
+                self.send(std::mem::take(&mut batch));
+            }
+            batch.add(i, gen, ops, bytes);
+        }
+        if !batch.parts.is_empty() {
+            self.send(batch);
+        }
+    }
+
+    fn send(&mut self, b: Batch) {
+        // Several operations: each connection keeps its own, to send them again one by one if
+        // the batch is refused for memory (`Conn::answered`).
+        let several = b.encoded.len() > 1;
+        let mut parts = Vec::with_capacity(b.parts.len());
+        for (conn, gen, ops) in b.parts {
+            let seqs = ops.iter().map(|(s, _)| *s).collect();
+            if several {
+                if let Some(Some(c)) = self.conns.get_mut(conn) {
+                    c.in_batch = ops;
+                }
+            }
+            parts.push(Part { conn, gen, seqs });
+        }
+        let d = self.completions.clone();
+        self.handle.submit(
+            0,
+            0,
+            batch_command(b.encoded),
+            Box::new(move |result| d.push(Done { parts, result })),
+        );
+    }
+}
+
+/// One connection's operations in a batch: its slot, generation, and (request, operation)s.
+type BatchPart = (usize, u64, Vec<(u64, Op)>);
+
+/// A command being assembled from several connections' operations.
+#[derive(Default)]
+struct Batch {
+    encoded: Vec<Vec<u8>>,
+    parts: Vec<BatchPart>,
+    /// Bytes of the batch command so far (its header, each operation with its length).
+    bytes: usize,
+}
+
+impl Batch {
+    fn add(&mut self, conn: usize, gen: u64, ops: Vec<(u64, Op, Vec<u8>)>, bytes: usize) {
+        if self.parts.is_empty() {
+            self.bytes = 5;
+        }
+        self.bytes += bytes;
+        let mut mine = Vec::with_capacity(ops.len());
+        for (seq, op, e) in ops {
+            self.encoded.push(e);
+            mine.push((seq, op));
+        }
+        self.parts.push((conn, gen, mine));
+    }
+}
+
+/// The result of a command of `n` operations, one per operation: a batch's results, or the
+/// one operation's, or the failure for each.
+fn results_of(
+    result: Result<Vec<u8>, ClientError>,
+    n: usize,
+) -> Vec<Result<Response, ClientError>> {
+    let undecodable = |e: String| ClientError::Unavailable(format!("undecodable result: {e}"));
+    match result {
+        Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+        Ok(b) => match decode_response(&b) {
+            Ok(Response::Batch(rs)) if n > 1 && rs.len() == n => rs.into_iter().map(Ok).collect(),
+            Ok(r) if n == 1 => vec![Ok(r)],
+            Ok(r) => {
+                let e = undecodable(format!("{r:?} for {n} requests"));
+                (0..n).map(|_| Err(e.clone())).collect()
+            }
+            Err(e) => (0..n).map(|_| Err(undecodable(e.to_string()))).collect(),
+        },
     }
 }
 
 impl Conn {
     /// Moves the connection as far as it can go: sends answers ready in order, parses and
     /// submits what was read, reads more while the bounds allow. False once it is done with.
-    fn pump(
-        &mut self,
-        me: usize,
-        handle: &Handle,
-        limits: Limits,
-        done: &Arc<Completions>,
-    ) -> bool {
+    fn pump(&mut self, handle: &Handle, limits: Limits) -> bool {
         loop {
             // Answers first: they make room under the bounds for what is parsed next.
             self.collect();
@@ -375,7 +495,6 @@ impl Conn {
                 return false;
             }
             let parsed = self.parse(handle);
-            self.submit(me, handle, done, limits.max_batch_bytes);
             if parsed {
                 continue; // write what is ready, parse on (also after the end of stream)
             }
@@ -446,75 +565,55 @@ impl Conn {
         any
     }
 
-    /// Submits the operations parsed so far as one command (one operation, or a batch of
-    /// up to `max_batch` bytes), unless the previous one is still unanswered.
-    fn submit(&mut self, me: usize, handle: &Handle, done: &Arc<Completions>, max_batch: usize) {
-        if self.in_flight.is_some() || self.held.is_empty() {
-            return;
+    /// Whether operations wait to be submitted and none is in flight.
+    fn wants_submit(&self) -> bool {
+        !self.in_flight && !self.held.is_empty()
+    }
+
+    /// Takes the operations to submit next, encoded: as many as fit `max` bytes (at least
+    /// one; one alone after a refusal for memory). None if some are in flight.
+    fn take(&mut self, max: usize) -> Option<Vec<(u64, Op, Vec<u8>)>> {
+        if !self.wants_submit() {
+            return None;
         }
-        let (mut encoded, mut ops, mut bytes) = (Vec::new(), Vec::new(), 5);
+        let (mut out, mut bytes) = (Vec::new(), 5);
         while let Some((_, op)) = self.held.front() {
             let mut e = Vec::new();
             encode_op(op, &mut e);
             // (A batch's own header and per-operation lengths: 5 + 4 each.)
-            if !encoded.is_empty() && (bytes + e.len() + 4 > max_batch || self.alone > 0) {
+            if !out.is_empty() && (bytes + e.len() + 4 > max || self.alone > 0) {
                 break;
             }
             bytes += e.len() + 4;
-            encoded.push(e);
-            ops.push(self.held.pop_front().expect("checked"));
+            let (seq, op) = self.held.pop_front().expect("checked");
+            out.push((seq, op, e));
         }
         self.alone = self.alone.saturating_sub(1);
-        let seqs: Vec<u64> = ops.iter().map(|(s, _)| *s).collect();
-        // One operation needs no copy kept: it is never submitted again.
-        self.in_flight = Some(if ops.len() > 1 { ops } else { Vec::new() });
-        let (d, gen) = (done.clone(), self.gen);
-        handle.submit(
-            0,
-            0,
-            batch_command(encoded),
-            Box::new(move |result| {
-                d.push(Done {
-                    conn: me,
-                    gen,
-                    seqs,
-                    result,
-                })
-            }),
-        );
+        Some(out)
     }
 
-    /// The answer to the command of requests `seqs`: each request's reply takes its place.
-    /// A batch refused for memory (none of it applied: it holds a command that may grow the
-    /// state) goes again one operation at a time, so that only the commands that grow are
-    /// refused, as Redis refuses them in a pipeline.
-    fn answered(&mut self, seqs: Vec<u64>, result: Result<Vec<u8>, ClientError>) {
-        let ops = self.in_flight.take().expect("an answer without a request");
-        if result == Err(ClientError::OutOfMemory) && ops.len() > 1 {
-            self.alone = ops.len();
-            for op in ops.into_iter().rev() {
+    /// The results of this connection's operations in flight (`several`: they were part of a
+    /// batch of several operations): each request's reply takes its place. A batch refused
+    /// for memory (none of it applied: it holds a command that may grow the state) goes
+    /// again one operation at a time, so that only the commands that grow are refused, as
+    /// Redis refuses them in a pipeline.
+    fn answered(
+        &mut self,
+        seqs: Vec<u64>,
+        results: Vec<Result<Response, ClientError>>,
+        several: bool,
+    ) {
+        debug_assert!(self.in_flight, "an answer without a request");
+        self.in_flight = false;
+        let sent = std::mem::take(&mut self.in_batch);
+        if several && results.first() == Some(&Err(ClientError::OutOfMemory)) {
+            debug_assert_eq!(sent.len(), seqs.len());
+            self.alone = sent.len();
+            for op in sent.into_iter().rev() {
                 self.held.push_front(op);
             }
             return;
         }
-        let undecodable = |e: String| ClientError::Unavailable(format!("undecodable result: {e}"));
-        let results: Vec<Result<Response, ClientError>> = match result {
-            Err(e) => seqs.iter().map(|_| Err(e.clone())).collect(),
-            Ok(b) => match decode_response(&b) {
-                Ok(Response::Batch(rs)) if seqs.len() > 1 && rs.len() == seqs.len() => {
-                    rs.into_iter().map(Ok).collect()
-                }
-                Ok(r) if seqs.len() == 1 => vec![Ok(r)],
-                Ok(r) => {
-                    let e = undecodable(format!("{r:?} for {} requests", seqs.len()));
-                    seqs.iter().map(|_| Err(e.clone())).collect()
-                }
-                Err(e) => seqs
-                    .iter()
-                    .map(|_| Err(undecodable(e.to_string())))
-                    .collect(),
-            },
-        };
         for (seq, r) in seqs.into_iter().zip(results) {
             let slot = &mut self.slots[(seq - self.first) as usize];
             let Slot::Waiting(render) = slot else {
