@@ -566,8 +566,10 @@ pub struct SizeResult {
     pub wr_load: Option<f64>,
     /// Load rate into redis-server, keys/s.
     pub redis_load: Option<f64>,
-    /// RSS growth per key of each replica, `(id, bytes per key)`.
+    /// RSS growth per key of each replica right after the load, `(id, bytes per key)`.
     pub wr_rss_per_key: Vec<(u64, f64)>,
+    /// The same after the idle period (the log compacted, freed memory returned).
+    pub wr_rss_idle_per_key: Vec<(u64, f64)>,
     /// Growth of the leader's own `used_memory` (its state as it accounts it) per key.
     pub wr_used_per_key: Option<f64>,
     /// RSS growth per key of redis-server.
@@ -788,6 +790,23 @@ pub fn render_detail(r: &SizeResult) -> String {
         f(r.wr_used_per_key, 1),
         f(r.redis_used_per_key, 1)
     );
+    if !r.wr_rss_idle_per_key.is_empty() {
+        let max = r
+            .wr_rss_idle_per_key
+            .iter()
+            .map(|&(_, b)| b)
+            .reduce(f64::max);
+        let ratio = match (max, r.redis_rss_per_key) {
+            (Some(w), Some(r)) if r > 0.0 => Some(w / r),
+            _ => None,
+        };
+        let _ = writeln!(
+            s,
+            "- RSS growth per key after the idle period: {}; ratio to redis {}",
+            per(&r.wr_rss_idle_per_key, 1),
+            f(ratio, 2)
+        );
+    }
     let _ = writeln!(
         s,
         "- idle CPU (% of one core): {}",
@@ -1040,6 +1059,7 @@ mod tests {
             wr_load: Some(50_000.0),
             redis_load: Some(400_000.0),
             wr_rss_per_key: vec![(1, 240.0), (2, 250.0), (3, 245.0)],
+            wr_rss_idle_per_key: vec![(1, 230.0)],
             wr_used_per_key: Some(150.0),
             redis_rss_per_key: Some(200.0),
             redis_used_per_key: Some(180.0),

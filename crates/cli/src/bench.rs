@@ -1175,6 +1175,10 @@ fn measure_size(
         ));
     }
     r.during_idle = Some(Disruption::between(&c0, &counts(&cf)));
+    for &(id, pid, before) in &rss0 {
+        r.wr_rss_idle_per_key
+            .push((id, scale::per_key(before, scale::rss(pid)?, n)));
+    }
 
     // Write latency outside a snapshot.
     let leader = cluster::wait_for_leader(&cf, Duration::from_secs(10))?;

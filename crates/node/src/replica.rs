@@ -1228,7 +1228,9 @@ impl<S: StateMachine> Replica<S> {
                     .create(meta)
                     .map_err(|e| e.to_string())
                     .and_then(|mut w| {
-                        job.write_to(&mut w).map_err(|e| e.to_string())?;
+                        let mut paced =
+                            crate::priority::Paced::new(&mut w, crate::priority::SNAPSHOT_PACE);
+                        job.write_to(&mut paced).map_err(|e| e.to_string())?;
                         w.finish().map_err(|e| e.to_string())
                     });
                 let _ = tx.send(r);
