@@ -800,11 +800,12 @@ fn find_tool(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A python3 that can import pymemcache (the Debian one first: pyenv shims may lack it).
-pub fn python_with_pymemcache() -> PathBuf {
+/// A python3 that can import `module` (the Debian one first: pyenv shims may lack it); the
+/// panic names the Debian `package` that install-deps.sh installs.
+fn python_with(module: &str, package: &str) -> PathBuf {
     for p in ["/usr/bin/python3", "python3"] {
         let ok = Command::new(p)
-            .args(["-c", "import pymemcache"])
+            .args(["-c", &format!("import {module}")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -813,9 +814,17 @@ pub fn python_with_pymemcache() -> PathBuf {
             return PathBuf::from(p);
         }
     }
-    panic!(
-        "no python3 with pymemcache: run scripts/install-deps.sh (it installs python3-pymemcache)"
-    );
+    panic!("no python3 with {module}: run scripts/install-deps.sh (it installs {package})");
+}
+
+/// A python3 that can import pymemcache.
+pub fn python_with_pymemcache() -> PathBuf {
+    python_with("pymemcache", "python3-pymemcache")
+}
+
+/// A python3 that can import redis (redis-py).
+pub fn python_with_redis() -> PathBuf {
+    python_with("redis", "python3-redis")
 }
 
 /// Runs `cmd` with stdin from `input`, killing it after `timeout`; returns its output.
@@ -1010,22 +1019,6 @@ pub fn garbage(seed: u64, len: usize) -> Vec<u8> {
 
 // ---------------------------------------------------------------------------------------------
 // Pipelines
-
-/// A python3 that can import redis (redis-py; Debian's python3-redis).
-pub fn python_with_redis() -> PathBuf {
-    for p in ["/usr/bin/python3", "python3"] {
-        let ok = Command::new(p)
-            .args(["-c", "import redis"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return PathBuf::from(p);
-        }
-    }
-    panic!("no python3 with redis-py: run scripts/install-deps.sh (it installs python3-redis)");
-}
 
 /// One RESP request.
 pub fn resp_cmd(args: &[&[u8]]) -> Vec<u8> {
