@@ -6,7 +6,7 @@
 //! A snapshot transfer that is progressing holds compaction off
 //! ([`waverunner_raft::Raft::snapshot_in_transfer`]).
 
-use waverunner_raft::{Bytes, Raft, Snapshot};
+use waverunner_raft::{Bytes, Raft, Role, Snapshot};
 
 /// A snapshot waits until the entries since the last one hold at least 1/`LOG_SHARE` of the
 /// state's size: snapshot work stays at most `LOG_SHARE` times what is written, and the log
@@ -59,6 +59,44 @@ impl Compaction {
     pub fn due(&self, raft: &Raft, applied: u64, state_bytes: u64) -> bool {
         let amortized = self.since >= state_bytes / LOG_SHARE;
         (applied >= self.base(raft) + self.entries || self.since >= self.bytes) && amortized
+    }
+
+    /// Compacts the core to the newest snapshot when the trailing window serves nobody: at a
+    /// leader once every other member holds the newest snapshot's index, at a follower
+    /// always (the window is for the followers of a leader). At rest after a fast load the
+    /// window of a million keys held 632 batch entries, 44 MB, in a leader's log for good.
+    /// Returns the data of the snapshot the core dropped, for the caller to free. O(members).
+    pub fn settle(&mut self, raft: &mut Raft) -> Option<Bytes> {
+        let index = self.next.as_ref()?.meta.index;
+        if index <= raft.snapshot_index() {
+            self.next = None;
+            return None;
+        }
+        if raft.role() == Role::Leader {
+            let me = raft.id();
+            let cs = raft.conf_state();
+            let held = cs
+                .voters
+                .iter()
+                .chain(&cs.learners)
+                .filter(|&&id| id != me)
+                .all(|&id| {
+                    raft.progress(id)
+                        .is_some_and(|(matched, _)| matched >= index)
+                });
+            if !held {
+                return None;
+            }
+        }
+        let snap = self.next.take().expect("checked");
+        let old = raft.snapshot().map(|s| s.data.clone());
+        match raft.compact(snap.meta.index, snap.data.clone()) {
+            Ok(()) => old,
+            Err(_) => {
+                self.next = Some(snap); // a transfer holds compaction off: later
+                None
+            }
+        }
     }
 
     /// A snapshot starts: entries are counted from here.
@@ -157,6 +195,43 @@ mod tests {
             "compacted to the one before the newest"
         );
         assert_eq!(c.newest().map(|s| s.meta.index), Some(60));
+    }
+
+    /// The window stays while a member has not reached the newest snapshot (a learner that
+    /// never answered), and goes once none needs it (a leader alone).
+    #[test]
+    fn the_window_goes_once_every_member_holds_the_newest_snapshot() {
+        let mut lagging = single_leader(&[2]);
+        for _ in 0..100 {
+            lagging.propose(b"x".to_vec()).unwrap();
+        }
+        commit(&mut lagging); // the learner does not count towards commit, and never answers
+        let mut alone = leader_with(100);
+        for r in [&mut alone] {
+            let mut c = Compaction::new(30, u64::MAX);
+            c.started();
+            let s = snap(r, 30);
+            c.taken(r, s);
+            assert_eq!(r.first_index(), 1, "the window: nothing compacted at first");
+            assert!(c.settle(r).is_none(), "no snapshot dropped: there was none");
+            assert_eq!(
+                r.first_index(),
+                31,
+                "no other member: compacted to the newest"
+            );
+            assert!(c.settle(r).is_none());
+            assert_eq!(r.first_index(), 31);
+        }
+        assert!(lagging.applied_index() >= 30);
+        let mut c = Compaction::new(30, u64::MAX);
+        let s = snap(&lagging, 30);
+        c.taken(&mut lagging, s);
+        assert!(c.settle(&mut lagging).is_none());
+        assert_eq!(
+            lagging.first_index(),
+            1,
+            "a lagging learner keeps the window"
+        );
     }
 
     #[test]

@@ -967,6 +967,9 @@ impl<S: StateMachine> Replica<S> {
         self.requests.on_tick(&mut cx);
         self.flush_requests();
         self.housekeep();
+        if self.snap_job.is_none() {
+            free_off_loop(self.compaction.settle(&mut self.raft));
+        }
         self.publish();
     }
 

@@ -1028,6 +1028,7 @@ impl World {
                     n.compaction.taken(raft, snap);
                 }
             }
+            n.compaction.settle(raft);
             let inc = n.incarnation;
             for m in out {
                 let to = m.to;
