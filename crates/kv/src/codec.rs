@@ -248,8 +248,7 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
                 ops.iter().all(|o| !matches!(o, Op::Batch(_))),
                 "a nested batch"
             );
-            out.push(OP_BATCH);
-            put_len(out, ops.len());
+            put_batch_header(out, ops.len());
             for op in ops {
                 put_nested(out, |out| encode_op(op, out));
             }
@@ -257,29 +256,30 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
     }
 }
 
-/// The command for a run of operations, each already encoded ([`encode_op`]): the operation
-/// itself when there is one, an [`Op::Batch`] of them otherwise.
+/// The [`Op::Batch`] of operations already encoded ([`encode_op`]), without decoding them.
 ///
 /// # Panics
 ///
 /// If `ops` is empty or one of them is a batch.
-pub fn batch_command(mut ops: Vec<Vec<u8>>) -> Vec<u8> {
-    assert!(!ops.is_empty(), "an empty batch");
+pub fn batch_command(ops: &[&[u8]]) -> Vec<u8> {
     assert!(
         ops.iter().all(|o| o.first() != Some(&OP_BATCH)),
         "a nested batch"
     );
-    if ops.len() == 1 {
-        return ops.pop().expect("one");
-    }
     let body: usize = ops.iter().map(|o| o.len() + 4).sum();
     let mut out = Vec::with_capacity(body + 5);
-    out.push(OP_BATCH);
-    put_len(&mut out, ops.len());
-    for o in &ops {
+    put_batch_header(&mut out, ops.len());
+    for o in ops {
         put_bytes(&mut out, o);
     }
     out
+}
+
+/// A batch's tag and count; the operations follow, each as bytes.
+fn put_batch_header(out: &mut Vec<u8>, n: usize) {
+    assert!(n > 0, "an empty batch");
+    out.push(OP_BATCH);
+    put_len(out, n);
 }
 
 /// Appends what `f` encodes as bytes (a `u32` length, then them), without a copy.
@@ -794,7 +794,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_command_is_one_op_plainly_and_several_as_a_batch() {
+    fn a_batch_command_holds_the_encodings_as_they_are() {
         let (a, b) = (
             Op::DbSize,
             Op::Del {
@@ -806,8 +806,16 @@ mod tests {
             encode_op(op, &mut out);
             out
         };
-        assert_eq!(batch_command(vec![enc(&a)]), enc(&a));
-        let cmd = batch_command(vec![enc(&a), enc(&b)]);
+        assert_eq!(
+            batch_command(&[&enc(&a)]),
+            [
+                &[OP_BATCH, 1, 0, 0, 0][..],
+                &(enc(&a).len() as u32).to_le_bytes(),
+                &enc(&a)
+            ]
+            .concat()
+        );
+        let cmd = batch_command(&[&enc(&a), &enc(&b)]);
         assert_eq!(decode_op(&cmd), Ok(Op::Batch(vec![a, b])));
     }
 

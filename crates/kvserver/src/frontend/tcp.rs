@@ -24,7 +24,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use waverunner_kv::codec::{batch_command, decode_response, encode_op};
-use waverunner_kv::{memcache, resp, Op, Response};
+use waverunner_kv::{memcache, resp, Response};
 use waverunner_node::replica::{ClientError, Handle};
 use waverunner_node::stop::Stop;
 
@@ -129,14 +129,15 @@ struct Conn {
     slots: VecDeque<Slot>,
     first: u64,
     /// Operations parsed and not submitted yet, with their request numbers.
-    held: VecDeque<(u64, Op)>,
+    /// (Each operation encoded once, as parsed: the encoding is all a submit needs.)
+    held: VecDeque<(u64, Vec<u8>)>,
     /// Operations were submitted and not answered: the next wait for them, so that a
     /// connection's commands apply in the order sent (a batch forwarded by a follower could
     /// otherwise overtake an earlier one, a read be served before the write sent ahead of it).
     in_flight: bool,
     /// The operations in flight when they are part of a batch of several, to submit them one
     /// by one if the batch is refused for memory (see [`Conn::answered`]).
-    in_batch: Vec<(u64, Op)>,
+    in_batch: Vec<(u64, Vec<u8>)>,
     /// Operations at the front of `held` to submit alone (after a refusal for memory).
     alone: usize,
     /// In the loop's list of connections to submit from.
@@ -161,7 +162,9 @@ struct Done {
     result: Result<Vec<u8>, ClientError>,
 }
 
-/// Where the replica loop leaves answers; the loop takes them when woken.
+/// Where the replica loop leaves answers; the loop takes them when woken. Bounded: a
+/// connection has at most one command in flight, so at most one answer per open connection
+/// waits here (`max_connections` per listener).
 struct Completions {
     done: Mutex<Vec<Done>>,
     waker: Waker,
@@ -254,7 +257,7 @@ pub fn serve(
 struct Loop {
     conns: Vec<Option<Conn>>,
     /// Connections with operations ready to submit (none in flight), in the order they became
-    /// ready.
+    /// ready; each at most once (`Conn::queued`), so bounded by the open connections.
     submitters: Vec<usize>,
     /// Free slots of `conns`.
     free: Vec<usize>,
@@ -401,7 +404,7 @@ impl Loop {
                 continue;
             };
             c.in_flight = true;
-            let bytes: usize = ops.iter().map(|(_, _, e)| e.len() + 4).sum();
+            let bytes: usize = ops.iter().map(|(_, e)| e.len() + 4).sum();
             if !batch.parts.is_empty() && batch.bytes + bytes > max {
                 self.send(std::mem::take(&mut batch));
             }
@@ -413,16 +416,28 @@ impl Loop {
     }
 
     fn send(&mut self, b: Batch) {
-        // Several operations: each connection keeps its own, to send them again one by one if
-        // the batch is refused for memory (`Conn::answered`).
-        let several = b.encoded.len() > 1;
+        let n: usize = b.parts.iter().map(|(_, _, ops)| ops.len()).sum();
+        // One operation is its own command. Several are copied into a batch, and each
+        // connection keeps its own, to send them again one by one if the batch is refused for
+        // memory (`Conn::answered`).
+        let mut command = None;
+        if n > 1 {
+            let all: Vec<&[u8]> = b
+                .parts
+                .iter()
+                .flat_map(|(_, _, ops)| ops.iter().map(|(_, e)| &e[..]))
+                .collect();
+            command = Some(batch_command(&all));
+        }
         let mut parts = Vec::with_capacity(b.parts.len());
         for (conn, gen, ops) in b.parts {
             let seqs = ops.iter().map(|(s, _)| *s).collect();
-            if several {
+            if n > 1 {
                 if let Some(Some(c)) = self.conns.get_mut(conn) {
                     c.in_batch = ops;
                 }
+            } else {
+                command = ops.into_iter().next().map(|(_, e)| e);
             }
             parts.push(Part { conn, gen, seqs });
         }
@@ -430,36 +445,30 @@ impl Loop {
         self.handle.submit(
             0,
             0,
-            batch_command(b.encoded),
+            command.expect("a batch holds an operation"),
             Box::new(move |result| d.push(Done { parts, result })),
         );
     }
 }
 
-/// One connection's operations in a batch: its slot, generation, and (request, operation)s.
-type BatchPart = (usize, u64, Vec<(u64, Op)>);
+/// One connection's operations in a batch: its slot, generation, and (request, encoding)s.
+type BatchPart = (usize, u64, Vec<(u64, Vec<u8>)>);
 
 /// A command being assembled from several connections' operations.
 #[derive(Default)]
 struct Batch {
-    encoded: Vec<Vec<u8>>,
     parts: Vec<BatchPart>,
     /// Bytes of the batch command so far (its header, each operation with its length).
     bytes: usize,
 }
 
 impl Batch {
-    fn add(&mut self, conn: usize, gen: u64, ops: Vec<(u64, Op, Vec<u8>)>, bytes: usize) {
+    fn add(&mut self, conn: usize, gen: u64, ops: Vec<(u64, Vec<u8>)>, bytes: usize) {
         if self.parts.is_empty() {
             self.bytes = 5;
         }
         self.bytes += bytes;
-        let mut mine = Vec::with_capacity(ops.len());
-        for (seq, op, e) in ops {
-            self.encoded.push(e);
-            mine.push((seq, op));
-        }
-        self.parts.push((conn, gen, mine));
+        self.parts.push((conn, gen, ops));
     }
 }
 
@@ -551,7 +560,9 @@ impl Conn {
                 Item::Store(op, render) => {
                     let seq = self.first + self.slots.len() as u64;
                     self.slots.push_back(Slot::Waiting(render));
-                    self.held.push_back((seq, op));
+                    let mut e = Vec::new();
+                    encode_op(&op, &mut e);
+                    self.held.push_back((seq, e));
                 }
             }
         }
@@ -572,21 +583,18 @@ impl Conn {
 
     /// Takes the operations to submit next, encoded: as many as fit `max` bytes (at least
     /// one; one alone after a refusal for memory). None if some are in flight.
-    fn take(&mut self, max: usize) -> Option<Vec<(u64, Op, Vec<u8>)>> {
+    fn take(&mut self, max: usize) -> Option<Vec<(u64, Vec<u8>)>> {
         if !self.wants_submit() {
             return None;
         }
         let (mut out, mut bytes) = (Vec::new(), 5);
-        while let Some((_, op)) = self.held.front() {
-            let mut e = Vec::new();
-            encode_op(op, &mut e);
+        while let Some((_, e)) = self.held.front() {
             // (A batch's own header and per-operation lengths: 5 + 4 each.)
             if !out.is_empty() && (bytes + e.len() + 4 > max || self.alone > 0) {
                 break;
             }
             bytes += e.len() + 4;
-            let (seq, op) = self.held.pop_front().expect("checked");
-            out.push((seq, op, e));
+            out.push(self.held.pop_front().expect("checked"));
         }
         self.alone = self.alone.saturating_sub(1);
         Some(out)
