@@ -894,16 +894,19 @@ pub fn redis_raw(addr: SocketAddr, args: &[&str]) -> String {
     redis_mode(addr, "--raw", args)
 }
 
+/// `redis-cli -h ADDR -p PORT`, to add arguments to.
+fn redis_cli(addr: SocketAddr) -> Command {
+    let mut c = Command::new(require_tool("redis-cli"));
+    c.arg("-h")
+        .arg(addr.ip().to_string())
+        .arg("-p")
+        .arg(addr.port().to_string());
+    c
+}
+
 fn redis_mode(addr: SocketAddr, mode: &str, args: &[&str]) -> String {
-    let cli = require_tool("redis-cli");
     let o = run_with_timeout(
-        Command::new(cli)
-            .arg("-h")
-            .arg(addr.ip().to_string())
-            .arg("-p")
-            .arg(addr.port().to_string())
-            .arg(mode)
-            .args(args),
+        redis_cli(addr).arg(mode).args(args),
         None,
         Duration::from_secs(30),
     );
@@ -920,14 +923,8 @@ fn redis_mode(addr: SocketAddr, mode: &str, args: &[&str]) -> String {
 /// Runs `redis-cli --no-raw` with commands read from standard input (one per line, all on one
 /// connection); returns its output.
 pub fn redis_script(addr: SocketAddr, script: &str) -> String {
-    let cli = require_tool("redis-cli");
     let o = run_with_timeout(
-        Command::new(cli)
-            .arg("-h")
-            .arg(addr.ip().to_string())
-            .arg("-p")
-            .arg(addr.port().to_string())
-            .arg("--no-raw"),
+        redis_cli(addr).arg("--no-raw"),
         Some(script.as_bytes()),
         Duration::from_secs(30),
     );
@@ -1113,7 +1110,6 @@ pub fn check_pipelines(addr: SocketAddr, tag: &str, n: usize) {
     }
 
     // redis-cli --pipe: every reply counted, none an error.
-    let cli = require_tool("redis-cli");
     let mut pipe = Vec::new();
     for i in 0..n {
         let k = format!("{tag}:p{i}");
@@ -1121,12 +1117,7 @@ pub fn check_pipelines(addr: SocketAddr, tag: &str, n: usize) {
         pipe.extend(resp_cmd(&[b"GET", k.as_bytes()]));
     }
     let o = run_with_timeout(
-        Command::new(cli)
-            .arg("-h")
-            .arg(addr.ip().to_string())
-            .arg("-p")
-            .arg(addr.port().to_string())
-            .arg("--pipe"),
+        redis_cli(addr).arg("--pipe"),
         Some(&pipe),
         Duration::from_secs(60),
     );
