@@ -1224,15 +1224,20 @@ impl<S: StateMachine> Replica<S> {
         let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{}", self.cfg.id))
             .spawn(move || {
-                let _low = crate::priority::LowPriority::new();
+                // At idle priority while it keeps its floor: a write's p99 during snapshots
+                // of 1 M keys back to back was 2.0–2.6× the p99 outside at bulk priority.
+                let _low = crate::priority::LowPriority::idle();
                 // Streamed to a file, never whole in memory; the snapshot's data is then a
                 // mapping of that file.
                 let r = files
                     .create(meta)
                     .map_err(|e| e.to_string())
                     .and_then(|mut w| {
-                        let mut paced =
-                            crate::priority::Paced::new(&mut w, crate::priority::SNAPSHOT_PACE);
+                        let mut paced = crate::priority::Paced::with_floor(
+                            &mut w,
+                            crate::priority::SNAPSHOT_PACE,
+                            crate::priority::SNAPSHOT_FLOOR,
+                        );
                         job.write_to(&mut paced).map_err(|e| e.to_string())?;
                         w.finish().map_err(|e| e.to_string())
                     });
