@@ -566,7 +566,12 @@ pub struct SizeResult {
     pub wr_load: Option<f64>,
     /// Load rate into redis-server, keys/s.
     pub redis_load: Option<f64>,
-    /// RSS growth per key of each replica right after the load, `(id, bytes per key)`.
+    /// RSS growth per key of each replica once it has applied the load, `(id, bytes per
+    /// key)`: a transient, with the load's last snapshot still being written (its view of the
+    /// state, and the log it will compact, are held).
+    pub wr_rss_loaded_per_key: Vec<(u64, f64)>,
+    /// The same once no replica is taking a snapshot: the state the cluster holds after the
+    /// load (the target's measure, as Redis's is taken once its load is done).
     pub wr_rss_per_key: Vec<(u64, f64)>,
     /// The same after the idle period (the log compacted, freed memory returned).
     pub wr_rss_idle_per_key: Vec<(u64, f64)>,
@@ -778,7 +783,7 @@ pub fn render_detail(r: &SizeResult) -> String {
     );
     let _ = writeln!(
         s,
-        "- RSS growth per key: {}; redis {}; ratio {}. used_memory growth per key: leader {}, \
+        "- RSS growth per key once no replica was taking a snapshot: {}; redis {}; ratio {}. used_memory growth per key: leader {}, \
          redis {}",
         if r.wr_rss_per_key.is_empty() {
             "n/a".into()
@@ -790,6 +795,24 @@ pub fn render_detail(r: &SizeResult) -> String {
         f(r.wr_used_per_key, 1),
         f(r.redis_used_per_key, 1)
     );
+    if !r.wr_rss_loaded_per_key.is_empty() {
+        let max = r
+            .wr_rss_loaded_per_key
+            .iter()
+            .map(|&(_, b)| b)
+            .reduce(f64::max);
+        let ratio = match (max, r.redis_rss_per_key) {
+            (Some(w), Some(r)) if r > 0.0 => Some(w / r),
+            _ => None,
+        };
+        let _ = writeln!(
+            s,
+            "- RSS growth per key as soon as every replica had applied the load (its last \
+             snapshot still being written): {}; ratio to redis {}",
+            per(&r.wr_rss_loaded_per_key, 1),
+            f(ratio, 2)
+        );
+    }
     if !r.wr_rss_idle_per_key.is_empty() {
         let max = r
             .wr_rss_idle_per_key
@@ -1059,6 +1082,7 @@ mod tests {
             wr_load: Some(50_000.0),
             redis_load: Some(400_000.0),
             wr_rss_per_key: vec![(1, 240.0), (2, 250.0), (3, 245.0)],
+            wr_rss_loaded_per_key: vec![(1, 300.0)],
             wr_rss_idle_per_key: vec![(1, 230.0)],
             wr_used_per_key: Some(150.0),
             redis_rss_per_key: Some(200.0),
@@ -1124,6 +1148,7 @@ mod tests {
         assert!(rows[2].contains("| met | met | NOT met | met | met | NOT met | a \\| b |"));
         let d = render_detail(&r);
         assert!(d.contains("n2 250.0"));
+        assert!(d.contains("its last snapshot still being written): n1 300.0; ratio to redis 1.50"));
         assert!(d.contains("- catch-up: term +1, elections 1, hand-offs 0"));
 
         // Nothing measured beyond the load, no Redis, no /snapshot: n/a, not a panic.

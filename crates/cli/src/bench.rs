@@ -1050,6 +1050,32 @@ fn wait_applied(cf: &ClusterFile, leader: u64, timeout: Duration) -> Result<(), 
     }
 }
 
+/// Waits until no replica is taking a snapshot, seen twice in a row 0.3 s apart (a load's
+/// last snapshot holds a view of the state, and the log it will compact); says so if that
+/// takes longer than `timeout`.
+fn wait_settled(cf: &ClusterFile, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let mut quiet = 0;
+    loop {
+        let s = statuses(cf);
+        if s.len() == cf.nodes.len() && s.iter().all(|(_, v, _)| !v.snapshot.in_progress) {
+            quiet += 1;
+            if quiet == 2 {
+                return Ok(());
+            }
+        } else {
+            quiet = 0;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "a replica was still taking a snapshot {:.0} s after the load",
+                timeout.as_secs_f64()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn rate(n: u64, took: Duration) -> f64 {
     n as f64 / took.as_secs_f64().max(1e-6)
 }
@@ -1134,6 +1160,13 @@ fn measure_size(
     r.during_load = Some(Disruption::between(&c0, &counts(&cf)));
     if let (Some(before), Some(after)) = (used0, leader_used_memory(&cf, leader)) {
         r.wr_used_per_key = Some(scale::per_key(before, after, n));
+    }
+    for &(id, pid, before) in &rss0 {
+        r.wr_rss_loaded_per_key
+            .push((id, scale::per_key(before, scale::rss(pid)?, n)));
+    }
+    if let Err(e) = wait_settled(&cf, Duration::from_secs(30)) {
+        r.notes.push(e);
     }
     for &(id, pid, before) in &rss0 {
         r.wr_rss_per_key
