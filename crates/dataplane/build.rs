@@ -40,7 +40,8 @@ fn main() {
         .source(src)
         .obj(out.join("waverunner.bpf.o"))
         .clang(&clang)
-        .clang_args(["-Wall", "-Werror", multiarch.as_str()])
+        // -mcpu=v3: atomic exchange (the ring wake-up flag, wr_ring.h); Linux 5.12+.
+        .clang_args(["-Wall", "-Werror", "-mcpu=v3", multiarch.as_str()])
         .build_and_generate(out.join("waverunner.skel.rs"));
     if let Err(e) = result {
         panic!(

@@ -11,7 +11,9 @@
 //               decremented after the ring records are submitted: user space clears
 //               `enabled` and waits for the sum to reach 0 (disable).
 //   ring        one entry record and one commit record are reserved before the
-//               handler runs; no space = drop (ring_full) before it runs.
+//               handler runs; no space = drop (ring_full) before it runs. Submitted
+//               without the kernel's wake-up; a reader that sleeps is woken by a
+//               wake record (wr_ring.h).
 //   handler     under the spin lock of `wr_lock`, on the memory-mapped `regs`.
 //   actions     TO_HOST   -> XDP_PASS
 //               BROADCAST -> the request is rewritten into the APPEND, sent to the
@@ -286,7 +288,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	struct fp_out *out = &sc->out;
 	struct wr_dst dst;
 	__u64 now, self_id, term, group;
-	__u32 src_ip, verdict, replied = 0;
+	__u32 src_ip, verdict, replied = 0, rung;
 	__u64 n;
 	__u16 src_port;
 	int from_self;
@@ -388,13 +390,13 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 			}
 			wr_remember(ctx, out->entry_index, out->entry_term, in, now, !from_self);
 		}
+		/* Both bounds after the barrier, as 64-bit compares: the verifier must see
+		 * n in [1, FP_MAX_PAYLOAD] on the register it is passed in. */
 		n = in->len;
-		if (n > 0) {
-			WR_BARRIER_VAR(n);
-			if (n <= FP_MAX_PAYLOAD &&
-			    bpf_xdp_load_bytes(ctx, WR_PAYLOAD_OFF, ent->payload, n))
-				ent->h.len = 0;
-		}
+		WR_BARRIER_VAR(n);
+		if (n > 0 && n <= FP_MAX_PAYLOAD &&
+		    bpf_xdp_load_bytes(ctx, WR_PAYLOAD_OFF, ent->payload, n))
+			ent->h.len = 0;
 	}
 
 	/* The verdict. */
@@ -430,34 +432,35 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		cnt->dropped++;
 
 	/* Records, in the order the handler produced them: entry, then commit. */
-	/*
-	 * A discard wakes the reader too (flag 0, not NO_WAKEUP): the kernel wakes the reader only
-	 * for a record right at its position, so a silent discard there would leave every later
-	 * record unannounced until the reader's poll timeout.
-	 */
+	rung = 0;
 	if (ent) {
-		if (out->actions & FP_ACT_RING_ENTRY)
-			bpf_ringbuf_submit(ent, 0);
-		else
-			bpf_ringbuf_discard(ent, 0);
+		if (out->actions & FP_ACT_RING_ENTRY) {
+			bpf_ringbuf_submit(ent, BPF_RB_NO_WAKEUP);
+			rung = 1;
+		} else {
+			bpf_ringbuf_discard(ent, BPF_RB_NO_WAKEUP);
+		}
 	}
-	if (!com)
-		return verdict;
-	if (out->actions & FP_ACT_RING_COMMIT) {
-		com->kind = WR_REC_COMMIT;
-		com->flags = replied ? WR_COMMIT_REPLIED : 0;
-		com->len = 0;
-		com->index = out->commit_index;
-		com->term = 0;
-		com->from = 0;
-		com->seq = 0;
-		com->src_ip = 0;
-		com->src_port = 0;
-		com->reserved = 0;
-		bpf_ringbuf_submit(com, 0);
-	} else {
-		bpf_ringbuf_discard(com, 0);
+	if (com) {
+		if (out->actions & FP_ACT_RING_COMMIT) {
+			com->kind = WR_REC_COMMIT;
+			com->flags = replied ? WR_COMMIT_REPLIED : 0;
+			com->len = 0;
+			com->index = out->commit_index;
+			com->term = 0;
+			com->from = 0;
+			com->seq = 0;
+			com->src_ip = 0;
+			com->src_port = 0;
+			com->reserved = 0;
+			bpf_ringbuf_submit(com, BPF_RB_NO_WAKEUP);
+			rung = 1;
+		} else {
+			bpf_ringbuf_discard(com, BPF_RB_NO_WAKEUP);
+		}
 	}
+	if (rung)
+		wr_ring_notify();
 	return verdict;
 }
 

@@ -31,6 +31,7 @@ __u16 fp_port;                     /* the fast-path UDP port (network order); 0 
 __u8 self_mac[6];                  /* our interface's MAC address */
 __u32 blind_reply_len;             /* bytes of blind_reply_body; 0 = the host answers */
 __u32 reorder_window;              /* follower: appends up to this far ahead go to the host; 0 = off */
+__u32 ring_waiting;                /* 1: the ring's reader sleeps and wants a wake record (wr_ring.h) */
 __u8 blind_reply_body[WR_BODY_MAX];
 
 /* ---- maps ---------------------------------------------------------------- */
@@ -124,5 +125,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, WR_RING_BYTES);
 } wr_ring SEC(".maps");
+
+/* After this invocation's records are submitted: wakes the reader if it said it sleeps. */
+static __always_inline void wr_ring_notify(void)
+{
+	struct wr_rec_wake w = { .kind = WR_REC_WAKE, .reserved = 0 };
+
+	if (__atomic_exchange_n(&ring_waiting, 0, __ATOMIC_SEQ_CST))
+		bpf_ringbuf_output(&wr_ring, &w, sizeof(w), BPF_RB_FORCE_WAKEUP);
+}
 
 #endif /* WAVERUNNER_BPF_MAPS_H */

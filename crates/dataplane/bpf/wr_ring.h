@@ -17,6 +17,7 @@
 
 #define WR_REC_ENTRY 1
 #define WR_REC_COMMIT 2
+#define WR_REC_WAKE 3 /* no content: wakes a reader that said it sleeps (ring_waiting) */
 #define WR_COMMIT_REPLIED 1 /* commit flags bit 0: the data plane sent the client reply */
 
 /*
@@ -47,7 +48,24 @@ struct wr_rec_entry {
 
 #define WR_RING_ENTRY_SIZE sizeof(struct wr_rec_entry)
 
+/*
+ * Wake-ups (docs/dataplane.md "Ring wake-ups"). Records are submitted with
+ * BPF_RB_NO_WAKEUP: the kernel's own rule wakes the reader for every record
+ * it has caught up with, a self-IPI each (on a VM a trapped MSR write: a third
+ * of the leader's CPU at 50 clients), even while the reader is awake and
+ * working. Instead the reader sets ring_waiting before it sleeps (and looks at
+ * the ring once more after setting it); a producer, after submitting, takes
+ * the flag with an atomic exchange and, if it was set, submits this record
+ * with BPF_RB_FORCE_WAKEUP. Either the reader's second look sees the record or
+ * the producer sees the flag.
+ */
+struct wr_rec_wake {
+	__u32 kind; /* WR_REC_WAKE */
+	__u32 reserved;
+};
+
 _Static_assert(sizeof(struct wr_rec_hdr) == 48, "ring record header is 48 bytes");
+_Static_assert(sizeof(struct wr_rec_wake) == 8, "wake record is 8 bytes");
 _Static_assert(__builtin_offsetof(struct wr_rec_hdr, src_ip) == 40, "src_ip @40");
 _Static_assert(__builtin_offsetof(struct wr_rec_entry, payload) == 48, "payload @48");
 

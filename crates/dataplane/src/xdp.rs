@@ -68,6 +68,7 @@ pub const MAX_BLIND_REPLY_BODY: usize = 256;
 /// Ring record kinds and sizes (`bpf/wr_ring.h`).
 const REC_ENTRY: u32 = 1;
 const REC_COMMIT: u32 = 2;
+const REC_WAKE: u32 = 3;
 const REC_HDR: usize = 48;
 /// `BPF_F_TEST_XDP_LIVE_FRAMES`.
 const TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
@@ -122,6 +123,8 @@ pub struct XdpProgram {
     ring: Mutex<RingState>,
     queue: Arc<Mutex<VecDeque<RingRecord>>>,
     ring_epoll: RawFd,
+    /// Wake records read (`bpf/wr_ring.h`): how often a producer woke the sleeping reader.
+    wakeups: Arc<AtomicU64>,
 }
 
 // SAFETY: `bss` points to the memory-mapped `.bss` of the loaded object, valid as long as
@@ -162,11 +165,15 @@ impl XdpProgram {
 
         let queue: Arc<Mutex<VecDeque<RingRecord>>> = Arc::default();
         let q = Arc::clone(&queue);
+        let wakeups: Arc<AtomicU64> = Arc::default();
+        let w = Arc::clone(&wakeups);
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&skel.maps.wr_ring, move |data: &[u8]| {
                 if let Some(rec) = parse_record(data) {
                     q.lock().unwrap_or_else(|e| e.into_inner()).push_back(rec);
+                } else if data.len() >= 4 && le32(data, 0) == REC_WAKE {
+                    w.fetch_add(1, Ordering::Relaxed);
                 }
                 0
             })
@@ -178,6 +185,7 @@ impl XdpProgram {
             skel,
             bss,
             ring: Mutex::new(RingState { ring }),
+            wakeups,
             queue,
             ring_epoll,
         };
@@ -331,11 +339,72 @@ impl XdpProgram {
         Ok(())
     }
 
+    fn ring_waiting_word(&self) -> &AtomicU32 {
+        // SAFETY: `ring_waiting` is an aligned u32 in the mapped .bss, valid for the life of
+        // `self`; the program exchanges it atomically, so it is accessed atomically here too.
+        unsafe {
+            &*std::ptr::addr_of_mut!((*self.bss).ring_waiting)
+                .cast::<u32>()
+                .cast::<AtomicU32>()
+        }
+    }
+
+    /// Says whether the ring's reader sleeps (`bpf/wr_ring.h`, wake-ups): while set, the next
+    /// invocation that submits a record clears it and adds a wake record. Sequentially
+    /// consistent, so that a look at the ring after setting it cannot miss a record whose
+    /// producer did not see it set.
+    pub fn set_ring_waiting(&self, waiting: bool) {
+        self.ring_waiting_word()
+            .store(waiting as u32, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Whether the reader's flag is still set (no producer has taken it).
+    pub fn ring_waiting(&self) -> bool {
+        self.ring_waiting_word().load(Ordering::SeqCst) != 0
+    }
+
+    /// Wake records read so far: how many times a producer woke the sleeping reader.
+    pub fn ring_wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
+    }
+
     /// Consumes at most `max` records from the BPF ring into the queue; returns how many.
     fn consume(&self, max: usize) -> usize {
         let st = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let n = st.ring.consume_raw_n(max);
         n.max(0) as usize
+    }
+
+    /// Consumes at most `max` records into the queue; with none on the ring, sleeps until a
+    /// producer wakes it or `timeout` passes, then consumes. Returns how many it consumed.
+    /// It sleeps only after it found the ring empty with its flag set (`bpf/wr_ring.h`), so
+    /// producers wake it only while it sleeps: no wake-up per record while it is busy.
+    pub fn consume_or_wait(&self, max: usize, timeout: Duration) -> usize {
+        let n = self.consume(max);
+        if n > 0 {
+            return n;
+        }
+        // Empty: set the flag, then look once more (a record submitted before its producer
+        // could see the flag is found here; one after comes with a wake record).
+        self.set_ring_waiting(true);
+        let n = self.consume(max);
+        if n > 0 {
+            self.set_ring_waiting(false);
+            return n;
+        }
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: the epoll fd lives as long as `self`; one event buffer.
+        let r = unsafe { libc::epoll_wait(self.ring_epoll, &mut ev, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::warn!("xdp-ring: epoll_wait: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.consume(max)
     }
 
     /// Moves every record on the ring (and in the queue) to `out`, in ring order.
@@ -781,6 +850,7 @@ impl XdpDataPlane {
     }
 }
 
+/// Moves ring records into the queue and wakes the replica loop.
 fn ring_thread(prog: &XdpProgram, stop: &AtomicBool, wake: &(dyn Fn() + Send + Sync)) {
     while !stop.load(Ordering::Relaxed) {
         let room = QUEUE_CAPACITY.saturating_sub(prog.queued());
@@ -788,22 +858,14 @@ fn ring_thread(prog: &XdpProgram, stop: &AtomicBool, wake: &(dyn Fn() + Send + S
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: the epoll fd lives as long as `prog`; one event buffer.
-        let n = unsafe { libc::epoll_wait(prog.ring_epoll, &mut ev, 1, 50) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                tracing::warn!("xdp-ring: epoll_wait: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            continue;
-        }
-        if prog.consume(room) > 0 {
+        if prog.consume_or_wait(room, RING_WAIT) > 0 {
             wake();
         }
     }
 }
+
+/// How long the ring thread sleeps at most (it then looks at its stop flag).
+const RING_WAIT: Duration = Duration::from_millis(50);
 
 impl Drop for XdpDataPlane {
     fn drop(&mut self) {

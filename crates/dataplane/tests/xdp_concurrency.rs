@@ -231,3 +231,87 @@ fn xdp_follower_on_every_cpu() {
         }
     }
 }
+
+/// Ring wake-ups lose nothing: a producer on each CPU in turn rings one record at a time and
+/// waits until the reader has it, while the reader sleeps on the ring between records
+/// (`XdpProgram::consume_or_wait`, as the ring thread). A missed wake-up leaves the reader
+/// asleep until its timeout (2 s), which fails the test; and the reader is woken by a wake
+/// record at most once per record.
+#[test]
+fn xdp_ring_wakeups_are_never_missed() {
+    if !root_or_skip("xdp_ring_wakeups_are_never_missed") {
+        return;
+    }
+    const ROUNDS: u64 = 2_000;
+    let prog = load(b"ok");
+    let mut regs = Registers {
+        self_id: 1,
+        leader_id: 1,
+        group_id: 7,
+        term: 2,
+        term_start_index: 1,
+        is_leader: 1,
+        enabled: 1,
+        ..Default::default()
+    };
+    regs.set_voters(&[1, 2, 3]);
+    prog.write_registers(&regs);
+    let seen = std::sync::atomic::AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let slow = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut slow = Vec::new();
+            let mut recs = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                let t = Instant::now();
+                let n = prog.consume_or_wait(64, Duration::from_secs(2));
+                if n > 0 && t.elapsed() >= Duration::from_secs(2) {
+                    slow.push(seen.load(Ordering::SeqCst));
+                }
+                prog.drain(&mut recs);
+                let entries = entry_indices(&recs).len() as u64;
+                seen.store(entries, Ordering::SeqCst);
+            }
+            slow
+        });
+        let producer = s.spawn(|| {
+            for i in 0..ROUNDS {
+                if start.elapsed() > TIME_LIMIT {
+                    break;
+                }
+                pin_to(i as usize % cpus());
+                let mut h = Header::of(MsgType::ClientRequest);
+                h.group_id = 7;
+                h.from = 9;
+                h.seq = i + 1;
+                h.len = 8;
+                let mut pkt = Vec::new();
+                h.encode(&[1u8; 8], &mut pkt);
+                let run = prog.test_run(&frame_from_peer(&pkt)).expect("test run");
+                assert_eq!(run.verdict, XDP_TX, "round {i}");
+                let t = Instant::now();
+                while seen.load(Ordering::SeqCst) < i + 1 {
+                    assert!(
+                        t.elapsed() < Duration::from_secs(5),
+                        "round {i}: the reader never got the record"
+                    );
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let p = producer.join();
+        done.store(true, Ordering::SeqCst);
+        let slow = reader.join().expect("reader");
+        p.expect("producer");
+        slow
+    });
+    let rounds = seen.load(Ordering::SeqCst);
+    eprintln!(
+        "xdp_ring_wakeups_are_never_missed: {rounds} records, {} wake records",
+        prog.ring_wakeups()
+    );
+    assert!(rounds > 0);
+    assert!(slow.is_empty(), "the reader overslept after records {slow:?}");
+    assert!(prog.ring_wakeups() <= rounds, "at most one wake record per record");
+}

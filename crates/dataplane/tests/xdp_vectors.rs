@@ -96,11 +96,27 @@ fn xdp_handler_vectors() {
         prog.drain(&mut stale);
         prog.write_registers(&before);
         let c0 = prog.counters();
+        // Every other case the reader says it sleeps: an invocation that rings a record must
+        // then wake it, once, and take its flag; otherwise it must not wake it.
+        let sleeping = ran % 2 == 0;
+        prog.set_ring_waiting(sleeping);
+        let w0 = prog.ring_wakeups();
         let run = prog.test_run(&frame_from_peer(&payload)).expect("test run");
         let c1 = prog.counters();
         let mut records = Vec::new();
         prog.drain(&mut records);
         let regs = prog.read_registers();
+        assert_eq!(
+            prog.ring_wakeups() - w0,
+            (sleeping && !records.is_empty()) as u64,
+            "{name}: a wake record exactly when a record was rung for a sleeping reader"
+        );
+        assert_eq!(
+            prog.ring_waiting(),
+            sleeping && records.is_empty(),
+            "{name}: the producer that woke the reader took its flag"
+        );
+        prog.set_ring_waiting(false);
 
         if !parses {
             assert_eq!(
