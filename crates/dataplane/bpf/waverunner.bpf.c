@@ -288,7 +288,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	struct fp_out *out = &sc->out;
 	struct wr_dst dst;
 	__u64 now, self_id, term, group;
-	__u32 src_ip, verdict, replied = 0, rung;
+	__u32 src_ip, verdict, replied = 0;
 	__u64 n;
 	__u16 src_port;
 	int from_self;
@@ -432,11 +432,9 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		cnt->dropped++;
 
 	/* Records, in the order the handler produced them: entry, then commit. */
-	rung = 0;
 	if (ent) {
 		if (out->actions & FP_ACT_RING_ENTRY) {
 			bpf_ringbuf_submit(ent, BPF_RB_NO_WAKEUP);
-			rung = 1;
 		} else {
 			bpf_ringbuf_discard(ent, BPF_RB_NO_WAKEUP);
 		}
@@ -454,12 +452,15 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 			com->src_port = 0;
 			com->reserved = 0;
 			bpf_ringbuf_submit(com, BPF_RB_NO_WAKEUP);
-			rung = 1;
 		} else {
 			bpf_ringbuf_discard(com, BPF_RB_NO_WAKEUP);
 		}
 	}
-	if (rung)
+	/*
+	 * A discard too: the reader stops at a reserved record until it is submitted or
+	 * discarded, so records after it (other CPUs') may wait on this one.
+	 */
+	if (ent || com)
 		wr_ring_notify();
 	return verdict;
 }

@@ -54,10 +54,12 @@ struct wr_rec_entry {
  * it has caught up with, a self-IPI each (on a VM a trapped MSR write: a third
  * of the leader's CPU at 50 clients), even while the reader is awake and
  * working. Instead the reader sets ring_waiting before it sleeps (and looks at
- * the ring once more after setting it); a producer, after submitting, takes
- * the flag with an atomic exchange and, if it was set, submits this record
- * with BPF_RB_FORCE_WAKEUP. Either the reader's second look sees the record or
- * the producer sees the flag.
+ * the ring once more after setting it); a producer, after submitting or
+ * discarding what it reserved, takes the flag with an atomic exchange and, if
+ * it was set, submits this record with BPF_RB_FORCE_WAKEUP. Either the
+ * reader's second look sees the record or the producer sees the flag. A
+ * discard counts: the reader stops at a reserved record, so another CPU's
+ * record after it is announced only when that one is settled.
  */
 struct wr_rec_wake {
 	__u32 kind; /* WR_REC_WAKE */

@@ -125,6 +125,9 @@ pub struct XdpProgram {
     ring_epoll: RawFd,
     /// Wake records read (`bpf/wr_ring.h`): how often a producer woke the sleeping reader.
     wakeups: Arc<AtomicU64>,
+    /// The reader is in (or about to enter) its sleep in [`XdpProgram::consume_or_wait`]: a
+    /// [`XdpProgram::drain`] that consumes meanwhile sets its flag again (see there).
+    reader_asleep: AtomicBool,
 }
 
 // SAFETY: `bss` points to the memory-mapped `.bss` of the loaded object, valid as long as
@@ -186,6 +189,7 @@ impl XdpProgram {
             bss,
             ring: Mutex::new(RingState { ring }),
             wakeups,
+            reader_asleep: AtomicBool::new(false),
             queue,
             ring_epoll,
         };
@@ -386,11 +390,14 @@ impl XdpProgram {
             return n;
         }
         // Empty: set the flag, then look once more (a record submitted before its producer
-        // could see the flag is found here; one after comes with a wake record).
+        // could see the flag is found here; one after comes with a wake record). Asleep is
+        // said first, so that a drain that takes the record and its wake record sees it.
+        self.reader_asleep.store(true, Ordering::SeqCst);
         self.set_ring_waiting(true);
         let n = self.consume(max);
         if n > 0 {
             self.set_ring_waiting(false);
+            self.reader_asleep.store(false, Ordering::SeqCst);
             return n;
         }
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
@@ -404,13 +411,24 @@ impl XdpProgram {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        self.reader_asleep.store(false, Ordering::SeqCst);
         self.consume(max)
     }
 
     /// Moves every record on the ring (and in the queue) to `out`, in ring order.
+    ///
+    /// If the reader sleeps meanwhile, a record this takes may have come with the wake record
+    /// meant for it, and taking that too leaves the reader's epoll with nothing to report:
+    /// it sleeps on with its flag cleared, and later records would wait for its timeout
+    /// (seen: one write in a hundred took 10 ms, the replica's tick). So the flag is set again
+    /// and the ring looked at once more, as the reader does before it sleeps.
     pub fn drain(&self, out: &mut Vec<RingRecord>) {
         let st = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let _ = st.ring.consume_raw();
+        if self.reader_asleep.load(Ordering::SeqCst) {
+            self.set_ring_waiting(true);
+            let _ = st.ring.consume_raw();
+        }
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         out.extend(q.drain(..));
     }

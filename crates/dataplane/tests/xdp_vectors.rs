@@ -97,7 +97,8 @@ fn xdp_handler_vectors() {
         prog.write_registers(&before);
         let c0 = prog.counters();
         // Every other case the reader says it sleeps: an invocation that rings a record must
-        // then wake it, once, and take its flag; otherwise it must not wake it.
+        // then wake it, once, and take its flag (one that only reserved and discarded may too);
+        // a reader that does not sleep is never woken.
         let sleeping = ran % 2 == 0;
         prog.set_ring_waiting(sleeping);
         let w0 = prog.ring_wakeups();
@@ -106,14 +107,14 @@ fn xdp_handler_vectors() {
         let mut records = Vec::new();
         prog.drain(&mut records);
         let regs = prog.read_registers();
-        assert_eq!(
-            prog.ring_wakeups() - w0,
-            (sleeping && !records.is_empty()) as u64,
-            "{name}: a wake record exactly when a record was rung for a sleeping reader"
-        );
+        let woken = prog.ring_wakeups() - w0;
+        assert!(woken <= sleeping as u64, "{name}: {woken} wake records");
+        if !records.is_empty() {
+            assert_eq!(woken, sleeping as u64, "{name}: records rung, reader not woken");
+        }
         assert_eq!(
             prog.ring_waiting(),
-            sleeping && records.is_empty(),
+            sleeping && woken == 0,
             "{name}: the producer that woke the reader took its flag"
         );
         prog.set_ring_waiting(false);
