@@ -228,6 +228,7 @@ pub fn serve(
         limits,
         completions,
         conn_ids: 0,
+        scratch: vec![0; READ_CHUNK].into_boxed_slice(),
     };
     let mut events = Events::with_capacity(1_024);
     while !stop.is_set() {
@@ -268,6 +269,9 @@ struct Loop {
     limits: Limits,
     completions: Arc<Completions>,
     conn_ids: u64,
+    /// What a read lands in before it is appended to its connection's buffer: zeroed once,
+    /// not 64 KiB per read (that memset was 4 % of the machine's time at 50 clients).
+    scratch: Box<[u8]>,
 }
 
 impl Loop {
@@ -350,7 +354,7 @@ impl Loop {
         let Some(Some(c)) = self.conns.get_mut(i) else {
             return;
         };
-        let alive = c.pump(&self.handle, self.limits);
+        let alive = c.pump(&self.handle, self.limits, &mut self.scratch);
         if alive && c.wants_submit() && !c.queued {
             c.queued = true;
             self.submitters.push(i);
@@ -496,7 +500,7 @@ fn results_of(
 impl Conn {
     /// Moves the connection as far as it can go: sends answers ready in order, parses and
     /// submits what was read, reads more while the bounds allow. False once it is done with.
-    fn pump(&mut self, handle: &Handle, limits: Limits) -> bool {
+    fn pump(&mut self, handle: &Handle, limits: Limits, scratch: &mut [u8]) -> bool {
         loop {
             // Answers first: they make room under the bounds for what is parsed next.
             self.collect();
@@ -524,7 +528,7 @@ impl Conn {
                 self.closing = true;
                 continue;
             }
-            match self.read() {
+            match self.read(scratch) {
                 Ok(true) => continue,
                 Ok(false) => return true, // would block: the next edge brings more
                 Err(_) => return false,
@@ -671,23 +675,20 @@ impl Conn {
 
     /// Reads once; true if bytes came, false if the socket would block. End of stream: the
     /// connection answers what it has and closes.
-    fn read(&mut self) -> io::Result<bool> {
-        let at = self.inbuf.len();
-        self.inbuf.resize(at + READ_CHUNK, 0);
+    fn read(&mut self, scratch: &mut [u8]) -> io::Result<bool> {
         let r = loop {
-            match self.stream.read(&mut self.inbuf[at..]) {
+            match self.stream.read(scratch) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 r => break r,
             }
         };
         match r {
             Ok(0) => {
-                self.inbuf.truncate(at);
                 self.read_done = true;
                 Ok(true)
             }
             Ok(n) => {
-                self.inbuf.truncate(at + n);
+                self.inbuf.extend_from_slice(&scratch[..n]);
                 if self.skip > 0 {
                     let k = self.skip.min(self.inbuf.len() - self.parsed);
                     self.inbuf.drain(self.parsed..self.parsed + k);
@@ -695,14 +696,8 @@ impl Conn {
                 }
                 Ok(true)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.inbuf.truncate(at);
-                Ok(false)
-            }
-            Err(e) => {
-                self.inbuf.truncate(at);
-                Err(e)
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
         }
     }
 }
