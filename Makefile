@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Seeds per (nodes, durability, data plane) configuration that `make test` simulates.
 SIM_SEEDS ?= 1..501
 
-.PHONY: run test deps build lint unit sim-test soak bench-scale
+.PHONY: run test deps build lint unit sim-test soak bench-scale bench-peers
 
 deps:
 	@scripts/install-deps.sh
@@ -49,3 +49,10 @@ soak: build
 BENCH_SCALE_ARGS ?=
 bench-scale: build
 	target/release/waverunner bench scale $(BENCH_SCALE_ARGS)
+
+## Redis 7 (async and SET + WAIT 1), etcd and waverunner off/udp/xdp side by side in network
+## namespaces (docs/bench.md); about two minutes; root; installs the peers with apt when
+## missing. Not part of `make test`. Writes docs/figures/peers.png and its CSV.
+BENCH_PEERS_ARGS ?=
+bench-peers: build
+	target/release/waverunner bench peers --plot docs/figures/peers.png $(BENCH_PEERS_ARGS)

@@ -13,6 +13,9 @@
 //! - [`cpu`]: CPU time from `/proc/stat` and `/proc/<pid>/stat`;
 //! - [`sweep`]: the offered rates and the rule that ends the sweep;
 //! - [`report`]: the rows, the tables and the verdict against DESIGN §6;
+//! - [`peers`]: `waverunner bench peers` without the namespaces and processes: redis-benchmark
+//!   output, closed loops of majority-acknowledged writes (RESP, RESP + WAIT, etcd), the table
+//!   and its verdicts;
 //! - [`scale`]: `waverunner bench scale` without the cluster: the RESP loader and writer,
 //!   memory from procfs and Redis, the table and its targets.
 
@@ -20,6 +23,7 @@ pub mod cpu;
 pub mod fanout;
 pub mod floor;
 pub mod report;
+pub mod peers;
 pub mod scale;
 pub mod stats;
 pub mod sweep;

@@ -55,6 +55,10 @@ enum BenchWhat {
     /// key, idle CPU, elections, write latency during a snapshot, snapshot and catch-up
     /// speed (docs/bench.md).
     Scale(ScaleArgs),
+    /// Redis 7 (async and SET + WAIT 1), etcd and waverunner off/udp/xdp side by side on the
+    /// same namespace layout: redis-benchmark, closed loops of majority-acknowledged writes,
+    /// CPU per write, one writer's latency (docs/bench.md). Needs root.
+    Peers(crate::peers::PeersArgs),
 }
 
 /// Options of `waverunner bench scale`.
@@ -156,6 +160,13 @@ pub fn run(a: BenchArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        BenchWhat::Peers(p) => match crate::peers::run(&p) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("waverunner bench peers: {e}");
+                ExitCode::FAILURE
+            }
+        },
         BenchWhat::Fanout(f) => {
             use waverunner_bench::fanout;
             let o = fanout::FanoutOptions {
@@ -179,7 +190,7 @@ pub fn run(a: BenchArgs) -> ExitCode {
     }
 }
 
-fn parse_modes(s: &str) -> Result<Vec<(String, DataPlaneKind)>, String> {
+pub(crate) fn parse_modes(s: &str) -> Result<Vec<(String, DataPlaneKind)>, String> {
     s.split(',')
         .map(str::trim)
         .filter(|m| !m.is_empty())
@@ -357,7 +368,7 @@ fn request_sizes(value_size: usize) -> (usize, usize) {
 
 /// The machine-wide lock the real-process tests take (crates/cli/tests): one namespace
 /// cluster at a time on this host.
-fn cluster_lock() -> Result<File, String> {
+pub(crate) fn cluster_lock() -> Result<File, String> {
     let path = std::env::temp_dir().join("waverunner-itest-cluster.lock");
     let f = OpenOptions::new()
         .create(true)
@@ -386,7 +397,7 @@ fn cluster_lock() -> Result<File, String> {
 }
 
 /// Takes the cluster in `dir` down when dropped.
-struct Down(PathBuf);
+pub(crate) struct Down(pub(crate) PathBuf);
 
 impl Drop for Down {
     fn drop(&mut self) {
@@ -482,7 +493,7 @@ fn leader_status(cf: &ClusterFile) -> Result<(u64, StatusView), String> {
 }
 
 /// Waits until the leader says its data plane is enabled; else says why not.
-fn wait_enabled(cf: &ClusterFile, timeout: Duration) -> Result<(), String> {
+pub(crate) fn wait_enabled(cf: &ClusterFile, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let mut last = String::from("no status");
     while Instant::now() < deadline {
@@ -729,28 +740,33 @@ fn scale_setup(command: &str, a: &ScaleArgs, redis: &Result<PathBuf, String>) ->
 
 /// `redis-server` from `PATH`; installed with apt when missing and we are root; else why not.
 fn redis_binary() -> Result<PathBuf, String> {
+    apt_binary("redis-server", "redis-server", "bench scale")
+}
+
+/// `bin` on the PATH (or in /usr/bin, /usr/sbin); as root, installed with `apt-get install
+/// package` when missing. `who` prefixes what is printed.
+pub(crate) fn apt_binary(bin: &str, package: &str, who: &str) -> Result<PathBuf, String> {
     let find = || {
         std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
             .unwrap_or_default()
             .into_iter()
             .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
-            .map(|d| d.join("redis-server"))
+            .map(|d| d.join(bin))
             .find(|p| p.is_file())
     };
     if let Some(p) = find() {
         return Ok(p);
     }
     if !netns::is_root() {
-        let why =
-            "redis-server is not installed and we are not root (apt-get install redis-server)";
-        eprintln!("bench scale: Redis is skipped: {why}");
-        return Err(why.into());
+        let why = format!("{bin} is not installed and we are not root (apt-get install {package})");
+        eprintln!("{who}: {bin} is skipped: {why}");
+        return Err(why);
     }
-    eprintln!("bench scale: redis-server is missing: apt-get install -y redis-server …");
+    eprintln!("{who}: {bin} is missing: apt-get install -y {package} …");
     let install = || {
         std::process::Command::new("apt-get")
-            .args(["install", "-y", "redis-server"])
+            .args(["install", "-y", package])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .output()
     };
@@ -769,16 +785,16 @@ fn redis_binary() -> Result<PathBuf, String> {
             let text = String::from_utf8_lossy(&o.stderr);
             let tail: Vec<&str> = text.lines().rev().take(5).collect();
             let why = format!(
-                "apt-get install redis-server failed ({}): {}",
+                "apt-get install {package} failed ({}): {}",
                 o.status,
                 tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
             );
-            eprintln!("bench scale: Redis is skipped: {why}");
+            eprintln!("{who}: {bin} is skipped: {why}");
             Err(why)
         }
         (Err(e), None) => {
             let why = format!("cannot run apt-get: {e}");
-            eprintln!("bench scale: Redis is skipped: {why}");
+            eprintln!("{who}: {bin} is skipped: {why}");
             Err(why)
         }
     }
@@ -957,7 +973,7 @@ fn counts_of(v: &StatusView) -> Counts {
 }
 
 /// The counters a disruption moves, of every answering replica.
-fn counts(cf: &ClusterFile) -> Vec<(u64, Counts)> {
+pub(crate) fn counts(cf: &ClusterFile) -> Vec<(u64, Counts)> {
     statuses(cf)
         .iter()
         .map(|(id, v, _)| (*id, counts_of(v)))

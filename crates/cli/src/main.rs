@@ -9,6 +9,7 @@ mod cluster;
 mod load;
 mod member;
 mod node;
+mod peers;
 mod timeline;
 
 use std::ops::Range;

@@ -379,19 +379,28 @@ fn python() -> Option<PathBuf> {
 }
 
 fn plot(csv: &Path, png: &Path, title: &str, marks: &[String]) -> Result<(), String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/plot_timeline.py");
+    let mut args = vec!["--title".to_string(), title.to_string()];
+    for m in marks {
+        args.push("--mark".into());
+        args.push(m.clone());
+    }
+    plot_with("plot_timeline.py", csv, png, &args)
+}
+
+/// Runs `scripts/<script> CSV PNG ARGS…` with a python3 that has matplotlib.
+pub(crate) fn plot_with(script: &str, csv: &Path, png: &Path, args: &[String]) -> Result<(), String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(script);
     let py = python().ok_or_else(|| {
         format!(
             "no python3 with matplotlib to plot {} (install python3-matplotlib: scripts/install-deps.sh); the CSV is written",
             csv.display()
         )
     })?;
-    let mut cmd = Command::new(py);
-    cmd.arg(&script).arg(csv).arg(png).arg("--title").arg(title);
-    for m in marks {
-        cmd.arg("--mark").arg(m);
-    }
-    let out = cmd
+    let out = Command::new(py)
+        .arg(&script)
+        .arg(csv)
+        .arg(png)
+        .args(args)
         .output()
         .map_err(|e| format!("running {}: {e}", script.display()))?;
     if !out.status.success() {
