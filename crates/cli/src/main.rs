@@ -21,6 +21,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// mimalloc rather than glibc's malloc: no per-allocation header (the store holds one
 /// allocation per key) and freed memory is reused instead of unmapped, so a large value does
 /// not pay tens of thousands of page faults for every buffer it passes through (docs/bench.md).
+/// Its version 2 (the crate's `v2` feature), not 3: after a million keys loaded in batches, v3
+/// kept 1.68–1.77× Redis's memory per key, v2 1.30–1.35× (docs/bench.md, bench scale).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use waverunner_sim::{run_seeds, Durability, SimOptions};
