@@ -23,7 +23,7 @@ use crate::reads::ReadQueue;
 use crate::Time;
 
 /// Client requests in flight at one replica at most; beyond it requests are refused (busy).
-pub const MAX_IN_FLIGHT: usize = 100_000;
+pub const MAX_IN_FLIGHT: usize = 4_096;
 
 /// With a data plane configured, a ReadIndex read unanswered after this long goes through the
 /// log instead (a leader that cannot answer refuses at once; this covers lost messages).

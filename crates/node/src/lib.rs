@@ -167,7 +167,8 @@ pub fn start_replica_with<S: StateMachine>(
         role: "starting".into(),
         ..Status::default()
     }));
-    let handle = Handle::new(tx.clone(), status.clone());
+    let admission = Arc::new(replica::Admission::default());
+    let handle = Handle::new(tx.clone(), status.clone(), admission.clone());
     let peers: Vec<(u64, SocketAddr)> = cfg.peers.iter().map(|p| (p.id, p.raft)).collect();
     let inbox = tx.clone();
     let transport = Transport::start(
@@ -206,7 +207,13 @@ pub fn start_replica_with<S: StateMachine>(
             .spawn(move || replica::run_keepalive(ka, t, tick, s))
             .map_err(|e| StartError(format!("cannot start the keepalive thread: {e}")))?;
     }
-    let replica = Replica::open(cfg.clone(), sm, transport, status, keepalive, addresses, dp)
+    let shared = replica::Shared {
+        transport,
+        status,
+        keepalive,
+        admission,
+    };
+    let replica = Replica::open(cfg.clone(), sm, shared, addresses, dp)
         .map_err(|Fatal(m)| StartError(m))?;
     let stop2 = stop.clone();
     let core = std::thread::Builder::new()
