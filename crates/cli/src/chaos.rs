@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use clap::ValueEnum;
 use waverunner_chaos::history::{read_history, HistoryWriter, Input, Operation, Outcome, Output};
 use waverunner_chaos::workload::{self, is_counter, Counts, Rng, Targets, WorkloadConfig};
+use waverunner_client::load::{flood, FloodReport, Workload as LoadWorkload};
 use waverunner_node::config::{DataPlaneKind, DurabilityMode, ReadModeConfig};
 
 use crate::cluster::{self, ClusterFile, DurabilityArg, NetnsChoice, ReadModeArg, UpOptions};
@@ -69,6 +70,10 @@ pub enum FaultKind {
     Restart,
     /// Remove a replica from the configuration, and add one back when the phase heals.
     Membership,
+    /// An open loop of native requests at twice the cluster's peak (measured at the first such
+    /// phase) against the leader until the phase heals: overload must be a state, with busy
+    /// answers, not an election. Not in the default set.
+    Overload,
 }
 
 impl FaultKind {
@@ -91,6 +96,7 @@ impl FaultKind {
             FaultKind::Loss => "loss",
             FaultKind::Restart => "restart",
             FaultKind::Membership => "membership",
+            FaultKind::Overload => "overload",
         }
     }
 
@@ -113,6 +119,7 @@ impl FaultKind {
             FaultKind::Kill | FaultKind::Pause | FaultKind::Restart => Ok(()),
             FaultKind::Partition | FaultKind::Loss => net::supported(),
             FaultKind::Membership => member::supported(),
+            FaultKind::Overload => Ok(()),
         }
     }
 }
@@ -615,6 +622,69 @@ enum Active {
     Net(NetPlan, waverunner_chaos::net::Net),
     /// A replica removed from the configuration: add one back at heal.
     Removed(u64),
+    /// An open loop flooding the leader: stopped at heal.
+    Overload(Flood),
+}
+
+/// An overload phase in force.
+struct Flood {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<FloodReport, waverunner_client::Error>>,
+    rate: u64,
+    peak: f64,
+    /// The highest term before it started.
+    term0: u64,
+}
+
+/// Keys the overload's requests use (`key-N`, apart from the checked clients' keys).
+const FLOOD_KEYS: u64 = 10_000;
+
+/// The highest term any running replica reports.
+fn max_term(cf: &ClusterFile) -> u64 {
+    cf.nodes
+        .iter()
+        .filter(|n| cluster::is_running(n))
+        .filter_map(|n| cluster::fetch_status(n.addresses.admin, STATUS_TIMEOUT).ok())
+        .map(|(v, _)| v.term)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Floods `target` at `rate` for `secs`.
+fn flood_for(target: std::net::SocketAddr, rate: u64, secs: f64) -> Option<FloodReport> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| flood(target, rate, &flood_workload(), &stop));
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stop.store(true, Ordering::Relaxed);
+        h.join().ok().and_then(|r| r.ok())
+    })
+}
+
+fn flood_workload() -> LoadWorkload {
+    LoadWorkload {
+        keys: FLOOD_KEYS,
+        value_size: 32,
+        write_fraction: 0.5,
+    }
+}
+
+/// The cluster's peak, requests/s: open loops at doubling rates, half a second each, until
+/// the answers fall below 80 % of what was offered; the best goodput seen.
+fn measure_peak(target: std::net::SocketAddr) -> f64 {
+    let mut peak = 0f64;
+    let mut rate = 5_000u64;
+    while rate <= 640_000 {
+        let Some(r) = flood_for(target, rate, 0.5) else {
+            break;
+        };
+        peak = peak.max(r.goodput());
+        if r.goodput() < 0.8 * rate as f64 {
+            break;
+        }
+        rate *= 2;
+    }
+    peak
 }
 
 /// Injects and heals faults, one phase at a time, from a seeded generator.
@@ -639,6 +709,10 @@ pub struct Scheduler<'a> {
     /// Problems of the harness itself (a restart that failed, …).
     pub errors: Vec<String>,
     log: Option<fs::File>,
+    /// The cluster's peak (requests/s), once an overload phase measured it.
+    peak: Option<f64>,
+    /// Term changes during overload phases.
+    pub overload_term_changes: u64,
 }
 
 impl<'a> Scheduler<'a> {
@@ -669,6 +743,8 @@ impl<'a> Scheduler<'a> {
             injected: BTreeMap::new(),
             errors: Vec::new(),
             log,
+            peak: None,
+            overload_term_changes: 0,
         }
     }
 
@@ -945,6 +1021,42 @@ impl<'a> Scheduler<'a> {
                 self.refresh_targets();
                 Ok(Active::Removed(id))
             }
+            FaultKind::Overload => {
+                let Some(leader) = current_leader(&cf, &self.down) else {
+                    self.note("overload: skipped (no leader)".into());
+                    return Ok(Active::None);
+                };
+                let target = cf.node(leader).ok_or("the leader left")?.addresses.client;
+                let peak = match self.peak {
+                    Some(p) => p,
+                    None => {
+                        let p = measure_peak(target);
+                        self.note(format!(
+                            "overload: the cluster's peak is about {p:.0} requests/s (50 % writes)"
+                        ));
+                        self.peak = Some(p);
+                        p
+                    }
+                };
+                let rate = (2.0 * peak).max(1_000.0) as u64;
+                let term0 = max_term(&cf);
+                let stop = Arc::new(AtomicBool::new(false));
+                let s2 = stop.clone();
+                let thread = std::thread::Builder::new()
+                    .name("overload".into())
+                    .spawn(move || flood(target, rate, &flood_workload(), &s2))
+                    .map_err(|e| format!("cannot start the overload thread: {e}"))?;
+                self.note(format!(
+                    "overload: {rate} native requests/s (twice the peak) to the leader n{leader}"
+                ));
+                Ok(Active::Overload(Flood {
+                    stop,
+                    thread,
+                    rate,
+                    peak,
+                    term0,
+                }))
+            }
         }
     }
 
@@ -1001,6 +1113,28 @@ impl<'a> Scheduler<'a> {
                 Ok(()) => self.note(format!("heal: network ({plan})")),
                 Err(e) => self.error(format!("healing the network ({plan}): {e}")),
             },
+            Active::Overload(f) => {
+                f.stop.store(true, Ordering::Relaxed);
+                let r = f.thread.join();
+                let term1 = self.cluster().map(|cf| max_term(&cf)).unwrap_or(f.term0);
+                let dt = term1.saturating_sub(f.term0);
+                self.overload_term_changes += dt;
+                match r {
+                    Ok(Ok(r)) => self.note(format!(
+                        "heal: overload at {}/s stopped: {} sent, {:.0} ok/s ({:.0} % of the peak \
+                         {:.0}/s), {} refused, {} unanswered; term +{dt}",
+                        f.rate,
+                        r.sent,
+                        r.goodput(),
+                        100.0 * r.goodput() / f.peak.max(1.0),
+                        f.peak,
+                        r.refused,
+                        r.sent.saturating_sub(r.ok + r.refused),
+                    )),
+                    Ok(Err(e)) => self.error(format!("overload: {e}")),
+                    Err(_) => self.error("the overload thread panicked".into()),
+                }
+            }
             Active::Removed(id) => {
                 match member::add(&self.cluster_dir) {
                     Ok(new) => self.note(format!("heal: n{id} removed earlier, added n{new}")),

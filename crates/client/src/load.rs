@@ -247,6 +247,92 @@ pub fn open_loop(
     Ok(r)
 }
 
+/// What [`flood`] saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloodReport {
+    /// Requests sent.
+    pub sent: u64,
+    /// Answered OK.
+    pub ok: u64,
+    /// Answered with another status (busy, not the leader, …).
+    pub refused: u64,
+    /// From the first request to the stop.
+    pub elapsed: Duration,
+}
+
+impl FloodReport {
+    /// Requests answered OK a second.
+    pub fn goodput(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// An open loop of `rate` native requests a second (no session: each its own) to `target`
+/// until `stop` is set, answers counted as they come (0.2 s more after the stop). Unlike
+/// [`open_loop`] it keeps no per-request record, so it runs as long as asked: overload.
+pub fn flood(
+    target: SocketAddr,
+    rate: u64,
+    w: &Workload,
+    stop: &AtomicBool,
+) -> Result<FloodReport, Error> {
+    let sock = UdpSocket::bind(if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .map_err(|e| Error::Local(format!("bind: {e}")))?;
+    let rx = sock
+        .try_clone()
+        .map_err(|e| Error::Local(format!("socket: {e}")))?;
+    let _ = rx.set_read_timeout(Some(Duration::from_millis(20)));
+    let done = AtomicBool::new(false);
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    std::thread::scope(|s| {
+        let receiver = s.spawn(|| {
+            let (mut ok, mut refused) = (0u64, 0u64);
+            let mut buf = vec![0u8; 2048];
+            while !done.load(Ordering::Relaxed) {
+                let Ok((len, _)) = rx.recv_from(&mut buf) else {
+                    continue;
+                };
+                match proto::decode_reply(&buf[..len]) {
+                    Ok(r) if r.status == proto::STATUS_OK => ok += 1,
+                    Ok(_) => refused += 1,
+                    Err(_) => {}
+                }
+            }
+            (ok, refused)
+        });
+        let start = Instant::now();
+        let mut x = 0x9E37_79B9_7F4A_7C15;
+        let mut sent = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let at = start + interval.mul_f64(sent as f64);
+            let now = Instant::now();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+            let pkt = proto::encode_request(0, sent + 1, &w.op(&mut x))
+                .map_err(|e| Error::Local(e.to_string()))?;
+            let _ = sock.send_to(&pkt, target);
+            sent += 1;
+        }
+        let elapsed = start.elapsed();
+        std::thread::sleep(Duration::from_millis(200));
+        done.store(true, Ordering::Relaxed);
+        let (ok, refused) = receiver
+            .join()
+            .map_err(|_| Error::Local("receiver panicked".into()))?;
+        Ok(FloodReport {
+            sent,
+            ok,
+            refused,
+            elapsed,
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
