@@ -22,8 +22,8 @@
 pub mod cpu;
 pub mod fanout;
 pub mod floor;
-pub mod report;
 pub mod peers;
+pub mod report;
 pub mod scale;
 pub mod stats;
 pub mod sweep;

@@ -386,10 +386,7 @@ pub fn render_table(rs: &[SystemResult]) -> String {
          pipeline 16 | {MANY} closed-loop writers, writes/s | their p50 / p99 µs | CPU µs per \
          write (machine) | 1 writer p50 / p99 µs |"
     );
-    let _ = writeln!(
-        s,
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rs {
         let meaning = match r.op {
             Some(WriteOp::Set) if r.name.starts_with("Redis") => "on the primary (async)",
@@ -432,8 +429,7 @@ pub fn render_csv(rs: &[SystemResult]) -> String {
             f(rate(&r.set_p1)),
             f(rate(&r.set_p16)),
             f(r.many.as_ref().map(LoopResult::rate)),
-            f(r
-                .one
+            f(r.one
                 .as_ref()
                 .and_then(|o| o.latency)
                 .map(|q| q.p50 as f64 / 1_000.0)),
@@ -584,7 +580,8 @@ mod tests {
 
     #[test]
     fn http_responses() {
-        let r = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}X";
+        let r =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}X";
         assert_eq!(
             parse_http_response(r).unwrap(),
             Some((200, b"{}".to_vec(), r.len() - 1))
@@ -682,10 +679,15 @@ mod tests {
         assert!(t.contains("| waverunner xdp | committed on a majority | 60.0 k | — | 300.0 k |"));
         assert!(t.contains("| Redis 7, async | on the primary (async) |"));
         let csv = render_csv(&rs);
-        assert!(csv.contains("\nwaverunner xdp,60000,300000,50000,140\n"), "{csv}");
+        assert!(
+            csv.contains("\nwaverunner xdp,60000,300000,50000,140\n"),
+            "{csv}"
+        );
         assert!(csv.contains("\nRedis 7 async,80000,600000,,\n"), "{csv}");
         let md = render_verdicts(&v);
-        assert!(md.contains("- xdp SET at 50 clients ≥ Redis async: **NOT met** (60000 / 80000 = 0.75×)"));
+        assert!(md.contains(
+            "- xdp SET at 50 clients ≥ Redis async: **NOT met** (60000 / 80000 = 0.75×)"
+        ));
         // Nothing measured: every verdict says so.
         assert!(verdicts(&[]).iter().all(|v| v.met.is_none()));
     }

@@ -59,9 +59,11 @@ const WARMUP: Duration = Duration::from_secs(1);
 
 pub fn run(a: &PeersArgs) -> Result<(), String> {
     if !netns::is_root() {
-        return Err("needs root: it creates network namespaces (and installs the peers with apt \
+        return Err(
+            "needs root: it creates network namespaces (and installs the peers with apt \
                     when missing)"
-            .into());
+                .into(),
+        );
     }
     let modes = crate::bench::parse_modes(&a.modes)?;
     let dir = a
@@ -195,14 +197,20 @@ impl Drop for Proc {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        eprintln!("bench peers: {} did not stop on SIGTERM: SIGKILL", self.what);
+        eprintln!(
+            "bench peers: {} did not stop on SIGTERM: SIGKILL",
+            self.what
+        );
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
 fn ns_of(cf: &ClusterFile, i: usize) -> Result<(String, Ipv4Addr), String> {
-    let n = cf.nodes.get(i).ok_or("the cluster has fewer than 3 replicas")?;
+    let n = cf
+        .nodes
+        .get(i)
+        .ok_or("the cluster has fewer than 3 replicas")?;
     let ns = n.netns.clone().ok_or("the cluster is not in namespaces")?;
     Ok((ns, cluster::netns_ip(n.id)))
 }
@@ -224,7 +232,12 @@ fn in_client_ns() -> Result<(), String> {
 }
 
 /// A closed loop from the clients' namespace, with the machine's CPU over it.
-fn closed(addr: SocketAddr, op: WriteOp, clients: usize, secs: u64) -> (Result<LoopResult, String>, Option<f64>) {
+fn closed(
+    addr: SocketAddr,
+    op: WriteOp,
+    clients: usize,
+    secs: u64,
+) -> (Result<LoopResult, String>, Option<f64>) {
     let c0 = cpu::machine().ok();
     let r = peers::closed_loop(
         addr,
@@ -245,12 +258,16 @@ fn closed(addr: SocketAddr, op: WriteOp, clients: usize, secs: u64) -> (Result<L
 fn loops(row: &mut SystemResult, addr: SocketAddr, op: WriteOp, secs: u64) {
     row.op = Some(op);
     let _ = peers::closed_loop(addr, op, MANY, WARMUP, MAX_OPS, &in_client_ns);
-    eprintln!("bench peers: {}: {MANY} closed-loop writers for {secs} s …", row.name);
+    eprintln!(
+        "bench peers: {}: {MANY} closed-loop writers for {secs} s …",
+        row.name
+    );
     let (many, cpu) = closed(addr, op, MANY, secs);
     match many {
         Ok(m) => {
             if let Some(e) = &m.first_error {
-                row.notes.push(format!("{} of {MANY} writers failed: {e}", m.errors));
+                row.notes
+                    .push(format!("{} of {MANY} writers failed: {e}", m.errors));
             }
             eprintln!(
                 "bench peers: {}: {:.0} writes/s, p50 {} µs",
@@ -374,17 +391,22 @@ fn measure_redis(
             procs.push(Proc::start(&ns, bin, &args, &d.join("redis.log"))?);
         }
         let addr = SocketAddr::V4(SocketAddrV4::new(primary_ip, REDIS_PORT));
-        wait_for("Redis primary with 2 replicas online", Duration::from_secs(20), || {
-            Resp::connect(addr)
-                .and_then(|mut c| c.call(&[b"INFO", b"replication"]))
-                .is_ok_and(|r| match r {
-                    Reply::Bulk(Some(b)) => {
-                        let t = String::from_utf8_lossy(&b);
-                        t.contains("connected_slaves:2") && t.matches("state=online").count() == 2
-                    }
-                    _ => false,
-                })
-        })?;
+        wait_for(
+            "Redis primary with 2 replicas online",
+            Duration::from_secs(20),
+            || {
+                Resp::connect(addr)
+                    .and_then(|mut c| c.call(&[b"INFO", b"replication"]))
+                    .is_ok_and(|r| match r {
+                        Reply::Bulk(Some(b)) => {
+                            let t = String::from_utf8_lossy(&b);
+                            t.contains("connected_slaves:2")
+                                && t.matches("state=online").count() == 2
+                        }
+                        _ => false,
+                    })
+            },
+        )?;
         Ok((procs, addr))
     })();
     let (procs, addr) = match started {
@@ -450,10 +472,14 @@ fn measure_etcd(bin: &Path, cf: &ClusterFile, dir: &Path, a: &PeersArgs) -> Syst
             .map(|(_, ip)| SocketAddr::V4(SocketAddrV4::new(*ip, ETCD_CLIENT_PORT)))
             .collect();
         let mut leader = None;
-        wait_for("etcd members up with a leader", Duration::from_secs(30), || {
-            leader = etcd_leader(&addrs);
-            leader.is_some()
-        })?;
+        wait_for(
+            "etcd members up with a leader",
+            Duration::from_secs(30),
+            || {
+                leader = etcd_leader(&addrs);
+                leader.is_some()
+            },
+        )?;
         Ok((procs, leader.expect("found")))
     })();
     let (procs, addr) = match started {

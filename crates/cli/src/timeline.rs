@@ -388,8 +388,15 @@ fn plot(csv: &Path, png: &Path, title: &str, marks: &[String]) -> Result<(), Str
 }
 
 /// Runs `scripts/<script> CSV PNG ARGS…` with a python3 that has matplotlib.
-pub(crate) fn plot_with(script: &str, csv: &Path, png: &Path, args: &[String]) -> Result<(), String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(script);
+pub(crate) fn plot_with(
+    script: &str,
+    csv: &Path,
+    png: &Path,
+    args: &[String],
+) -> Result<(), String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
     let py = python().ok_or_else(|| {
         format!(
             "no python3 with matplotlib to plot {} (install python3-matplotlib: scripts/install-deps.sh); the CSV is written",

@@ -205,7 +205,10 @@ fn overload_is_a_state_not_an_election() {
         .collect();
     assert!(!heals.is_empty(), "no overload phase ran: {report}");
     for l in &heals {
-        assert!(l.ends_with("term +0"), "a term changed under overload: {l}\n{report}");
+        assert!(
+            l.ends_with("term +0"),
+            "a term changed under overload: {l}\n{report}"
+        );
     }
     let refused: u64 = heals
         .iter()
@@ -215,7 +218,10 @@ fn overload_is_a_state_not_an_election() {
                 .and_then(|f| f.trim_end_matches(" refused").parse::<u64>().ok())
         })
         .sum();
-    assert!(refused > 0, "nothing was refused busy at twice the peak: {report}");
+    assert!(
+        refused > 0,
+        "nothing was refused busy at twice the peak: {report}"
+    );
 }
 
 #[test]

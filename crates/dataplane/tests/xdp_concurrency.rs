@@ -318,6 +318,12 @@ fn xdp_ring_wakeups_are_never_missed() {
         prog.ring_wakeups()
     );
     assert!(rounds > 0);
-    assert!(slow.is_empty(), "the reader overslept after records {slow:?}");
-    assert!(prog.ring_wakeups() <= rounds, "at most one wake record per record");
+    assert!(
+        slow.is_empty(),
+        "the reader overslept after records {slow:?}"
+    );
+    assert!(
+        prog.ring_wakeups() <= rounds,
+        "at most one wake record per record"
+    );
 }

@@ -110,7 +110,10 @@ fn xdp_handler_vectors() {
         let woken = prog.ring_wakeups() - w0;
         assert!(woken <= sleeping as u64, "{name}: {woken} wake records");
         if !records.is_empty() {
-            assert_eq!(woken, sleeping as u64, "{name}: records rung, reader not woken");
+            assert_eq!(
+                woken, sleeping as u64,
+                "{name}: records rung, reader not woken"
+            );
         }
         assert_eq!(
             prog.ring_waiting(),

@@ -213,8 +213,8 @@ pub fn start_replica_with<S: StateMachine>(
         keepalive,
         admission,
     };
-    let replica = Replica::open(cfg.clone(), sm, shared, addresses, dp)
-        .map_err(|Fatal(m)| StartError(m))?;
+    let replica =
+        Replica::open(cfg.clone(), sm, shared, addresses, dp).map_err(|Fatal(m)| StartError(m))?;
     let stop2 = stop.clone();
     let core = std::thread::Builder::new()
         .name(format!("replica-{}", cfg.id))

@@ -1775,7 +1775,11 @@ mod tests {
             [Err(ClientError::Busy)]
         ));
         assert_eq!(admission.refused(), 1);
-        assert_eq!(rx.try_iter().take(MAX_ADMITTED + 1).count(), MAX_ADMITTED, "one queued each");
+        assert_eq!(
+            rx.try_iter().take(MAX_ADMITTED + 1).count(),
+            MAX_ADMITTED,
+            "one queued each"
+        );
         // The queued events were dropped unanswered with the iterator: each gave its place back.
         assert_eq!(admission.pending(), 0);
         submit(7);
