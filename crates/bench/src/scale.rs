@@ -795,41 +795,28 @@ pub fn render_detail(r: &SizeResult) -> String {
         f(r.wr_used_per_key, 1),
         f(r.redis_used_per_key, 1)
     );
-    if !r.wr_rss_loaded_per_key.is_empty() {
-        let max = r
-            .wr_rss_loaded_per_key
-            .iter()
-            .map(|&(_, b)| b)
-            .reduce(f64::max);
+    // Another reading of every replica's RSS per key, with the largest one's ratio to Redis.
+    let mut rss_line = |when: &str, per_key: &[(u64, f64)]| {
+        if per_key.is_empty() {
+            return;
+        }
+        let max = per_key.iter().map(|&(_, b)| b).reduce(f64::max);
         let ratio = match (max, r.redis_rss_per_key) {
             (Some(w), Some(r)) if r > 0.0 => Some(w / r),
             _ => None,
         };
         let _ = writeln!(
             s,
-            "- RSS growth per key as soon as every replica had applied the load (its last \
-             snapshot still being written): {}; ratio to redis {}",
-            per(&r.wr_rss_loaded_per_key, 1),
+            "- RSS growth per key {when}: {}; ratio to redis {}",
+            per(per_key, 1),
             f(ratio, 2)
         );
-    }
-    if !r.wr_rss_idle_per_key.is_empty() {
-        let max = r
-            .wr_rss_idle_per_key
-            .iter()
-            .map(|&(_, b)| b)
-            .reduce(f64::max);
-        let ratio = match (max, r.redis_rss_per_key) {
-            (Some(w), Some(r)) if r > 0.0 => Some(w / r),
-            _ => None,
-        };
-        let _ = writeln!(
-            s,
-            "- RSS growth per key after the idle period: {}; ratio to redis {}",
-            per(&r.wr_rss_idle_per_key, 1),
-            f(ratio, 2)
-        );
-    }
+    };
+    rss_line(
+        "as soon as every replica had applied the load (its last snapshot still being written)",
+        &r.wr_rss_loaded_per_key,
+    );
+    rss_line("after the idle period", &r.wr_rss_idle_per_key);
     let _ = writeln!(
         s,
         "- idle CPU (% of one core): {}",

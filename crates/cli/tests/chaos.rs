@@ -68,6 +68,19 @@ fn summary(stdout: &str) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// Runs `waverunner ARGS` (a chaos run, at most 200 s) and requires it to pass: exit 0, no
+/// anomaly, linearizable. Returns its stdout, a report for failure messages, and the summary.
+fn run_linearizable(args: &[&str]) -> (String, String, std::collections::HashMap<String, String>) {
+    let (code, stdout, stderr) = run(args, Duration::from_secs(200));
+    let report = format!("exit {code:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    eprintln!("{stdout}");
+    let s = summary(&stdout);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(s["anomalies"], "0", "{report}");
+    assert_eq!(s["linearizable"], "yes", "{report}");
+    (stdout, report, s)
+}
+
 #[test]
 fn short_run_with_every_fault_passes() {
     let all = [
@@ -105,30 +118,21 @@ fn short_run_with_every_fault_passes() {
     let seed_arg = seed.to_string();
     let dir_arg = dir.display().to_string();
     eprintln!("chaos test: seed {seed} (WAVERUNNER_CHAOS_SEED={seed} repeats the schedule)");
-    let (code, stdout, stderr) = run(
-        &[
-            "chaos",
-            "--duration",
-            "30s",
-            "--faults",
-            &faults_arg,
-            "--seed",
-            &seed_arg,
-            "--dir",
-            &dir_arg,
-            "--phase-ms",
-            "500..2000",
-            "--base-port",
-            "23000",
-        ],
-        Duration::from_secs(200),
-    );
-    let report = format!("exit {code:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
-    eprintln!("{stdout}");
-    let s = summary(&stdout);
-    assert_eq!(code, Some(0), "{report}");
-    assert_eq!(s["anomalies"], "0", "{report}");
-    assert_eq!(s["linearizable"], "yes", "{report}");
+    let (stdout, report, s) = run_linearizable(&[
+        "chaos",
+        "--duration",
+        "30s",
+        "--faults",
+        &faults_arg,
+        "--seed",
+        &seed_arg,
+        "--dir",
+        &dir_arg,
+        "--phase-ms",
+        "500..2000",
+        "--base-port",
+        "23000",
+    ]);
     let ops: u64 = s["ops"].parse().unwrap();
     let ok: u64 = s["ok"].parse().unwrap();
     assert!(ops >= 2_000 && ok >= 1_000, "too little work: {report}");
@@ -175,30 +179,21 @@ fn overload_is_a_state_not_an_election() {
     let dir = unique_dir("overload");
     let _lock = cluster_lock();
     let dir_arg = dir.display().to_string();
-    let (code, stdout, stderr) = run(
-        &[
-            "chaos",
-            "--duration",
-            "16s",
-            "--faults",
-            "overload",
-            "--seed",
-            "7",
-            "--dir",
-            &dir_arg,
-            "--phase-ms",
-            "2000..3000",
-            "--base-port",
-            "23200",
-        ],
-        Duration::from_secs(200),
-    );
-    let report = format!("exit {code:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
-    eprintln!("{stdout}");
-    let s = summary(&stdout);
-    assert_eq!(code, Some(0), "{report}");
-    assert_eq!(s["anomalies"], "0", "{report}");
-    assert_eq!(s["linearizable"], "yes", "{report}");
+    let (stdout, report, _) = run_linearizable(&[
+        "chaos",
+        "--duration",
+        "16s",
+        "--faults",
+        "overload",
+        "--seed",
+        "7",
+        "--dir",
+        &dir_arg,
+        "--phase-ms",
+        "2000..3000",
+        "--base-port",
+        "23200",
+    ]);
     let heals: Vec<&str> = stdout
         .lines()
         .filter(|l| l.contains("heal: overload at"))

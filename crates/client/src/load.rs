@@ -164,6 +164,21 @@ pub fn closed_loop(
     Ok(r)
 }
 
+/// A UDP socket of `target`'s family on an ephemeral port, and a second handle to it (the
+/// receiving thread's).
+fn sockets_for(target: SocketAddr) -> Result<(UdpSocket, UdpSocket), Error> {
+    let sock = UdpSocket::bind(if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .map_err(|e| Error::Local(format!("bind: {e}")))?;
+    let rx = sock
+        .try_clone()
+        .map_err(|e| Error::Local(format!("socket: {e}")))?;
+    Ok((sock, rx))
+}
+
 /// Requests to `target` at `rate` per second for at most `duration` and `max_ops` requests,
 /// without sessions or retries (a load generator, not a correctness client); an answer later
 /// than `timeout` counts as failed.
@@ -175,15 +190,7 @@ pub fn open_loop(
     timeout: Duration,
     w: &Workload,
 ) -> Result<Report, Error> {
-    let sock = UdpSocket::bind(if target.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    })
-    .map_err(|e| Error::Local(format!("bind: {e}")))?;
-    let rx = sock
-        .try_clone()
-        .map_err(|e| Error::Local(format!("socket: {e}")))?;
+    let (sock, rx) = sockets_for(target)?;
     let n = (rate as f64 * duration.as_secs_f64()).min(max_ops as f64) as usize;
     let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
     let sent_at: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; n]));
@@ -276,15 +283,7 @@ pub fn flood(
     w: &Workload,
     stop: &AtomicBool,
 ) -> Result<FloodReport, Error> {
-    let sock = UdpSocket::bind(if target.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    })
-    .map_err(|e| Error::Local(format!("bind: {e}")))?;
-    let rx = sock
-        .try_clone()
-        .map_err(|e| Error::Local(format!("socket: {e}")))?;
+    let (sock, rx) = sockets_for(target)?;
     let _ = rx.set_read_timeout(Some(Duration::from_millis(20)));
     let done = AtomicBool::new(false);
     let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);

@@ -93,12 +93,8 @@ fn entry_indices(records: &[RingRecord]) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn xdp_leader_on_every_cpu() {
-    if !root_or_skip("xdp_leader_on_every_cpu") {
-        return;
-    }
-    let prog = load(b"ok");
+/// Node 1 leading voters 1, 2, 3 in group 7, term 2, enabled.
+fn leader_regs() -> Registers {
     let mut regs = Registers {
         self_id: 1,
         leader_id: 1,
@@ -110,7 +106,16 @@ fn xdp_leader_on_every_cpu() {
         ..Default::default()
     };
     regs.set_voters(&[1, 2, 3]);
-    prog.write_registers(&regs);
+    regs
+}
+
+#[test]
+fn xdp_leader_on_every_cpu() {
+    if !root_or_skip("xdp_leader_on_every_cpu") {
+        return;
+    }
+    let prog = load(b"ok");
+    prog.write_registers(&leader_regs());
 
     let (appends, records) = on_every_cpu(&prog, |cpu, i| {
         let mut h = Header::of(MsgType::ClientRequest);
@@ -245,18 +250,7 @@ fn xdp_ring_wakeups_are_never_missed() {
     }
     const ROUNDS: u64 = 2_000;
     let prog = load(b"ok");
-    let mut regs = Registers {
-        self_id: 1,
-        leader_id: 1,
-        group_id: 7,
-        term: 2,
-        term_start_index: 1,
-        is_leader: 1,
-        enabled: 1,
-        ..Default::default()
-    };
-    regs.set_voters(&[1, 2, 3]);
-    prog.write_registers(&regs);
+    prog.write_registers(&leader_regs());
     let by_reader = std::sync::atomic::AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let start = Instant::now();

@@ -266,6 +266,13 @@ mod tests {
 
     /// The calling thread's scheduling policy and nice value.
     fn policy() -> (u32, i32) {
+        let attr = attr_now();
+        (attr.sched_policy, attr.sched_nice)
+    }
+
+    /// The calling thread's `sched_attr`.
+    fn attr_now() -> libc::sched_attr {
+        // SAFETY: sched_attr is plain data; all zeroes is a valid value.
         let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::sched_attr>() as u32;
         // SAFETY: `attr` is writable for `size` bytes.
@@ -279,7 +286,7 @@ mod tests {
             )
         };
         assert_eq!(r, 0);
-        (attr.sched_policy, attr.sched_nice)
+        attr
     }
 
     /// An idle-priority writer that falls below its floor moves up to bulk priority, and the
@@ -358,20 +365,11 @@ mod tests {
             {
                 let _low = LowPriority::new();
                 assert_eq!(nice(), BULK_NICE);
-                let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
-                let size = std::mem::size_of::<libc::sched_attr>() as u32;
-                // SAFETY: `attr` is writable for `size` bytes.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_sched_getattr,
-                        gettid(),
-                        &mut attr as *mut _,
-                        size,
-                        0u32,
-                    )
-                };
-                assert_eq!(r, 0);
-                assert_eq!(attr.sched_runtime, BULK_SLICE_NS, "the requested slice");
+                assert_eq!(
+                    attr_now().sched_runtime,
+                    BULK_SLICE_NS,
+                    "the requested slice"
+                );
             }
             assert_eq!(nice(), 0);
         })
