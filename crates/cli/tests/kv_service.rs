@@ -237,6 +237,16 @@ fn redis_cli_every_command_through_every_replica() {
         let st_before = c.status(w);
         let info = redis_raw(a, &["INFO"]);
         let st_after = c.status(w);
+        // Writes answered here have exact latency quantiles in /status (HDR histogram).
+        let q = st_after.write_latency.quantiles;
+        assert!(
+            st_after.write_latency.count > 0
+                && q.p50_us > 0
+                && q.p50_us <= q.p99_us
+                && q.p99_us <= q.max_us,
+            "write latency quantiles at node {w}: {:?}",
+            st_after.write_latency
+        );
         assert!(info.starts_with("# Server"), "INFO: {info}");
         assert!(info.contains("redis_version:"), "INFO: {info}");
         if (st_before.term, st_before.leader) == (st_after.term, st_after.leader) {

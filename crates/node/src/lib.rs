@@ -168,7 +168,13 @@ pub fn start_replica_with<S: StateMachine>(
         ..Status::default()
     }));
     let admission = Arc::new(replica::Admission::default());
-    let handle = Handle::new(tx.clone(), status.clone(), admission.clone());
+    let latencies = Arc::new(metrics::Latencies::default());
+    let handle = Handle::new(
+        tx.clone(),
+        status.clone(),
+        admission.clone(),
+        latencies.clone(),
+    );
     let peers: Vec<(u64, SocketAddr)> = cfg.peers.iter().map(|p| (p.id, p.raft)).collect();
     let inbox = tx.clone();
     let transport = Transport::start(
@@ -212,6 +218,7 @@ pub fn start_replica_with<S: StateMachine>(
         status,
         keepalive,
         admission,
+        latencies,
     };
     let replica =
         Replica::open(cfg.clone(), sm, shared, addresses, dp).map_err(|Fatal(m)| StartError(m))?;

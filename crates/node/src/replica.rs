@@ -273,6 +273,7 @@ pub struct Handle {
     tx: SyncSender<Event>,
     status: Arc<Mutex<Status>>,
     admission: Arc<Admission>,
+    latencies: Arc<crate::metrics::Latencies>,
 }
 
 impl Handle {
@@ -282,11 +283,13 @@ impl Handle {
         tx: SyncSender<Event>,
         status: Arc<Mutex<Status>>,
         admission: Arc<Admission>,
+        latencies: Arc<crate::metrics::Latencies>,
     ) -> Handle {
         Handle {
             tx,
             status,
             admission,
+            latencies,
         }
     }
 
@@ -356,7 +359,9 @@ impl Handle {
 
     /// The status the replica published last (every tick).
     pub fn status(&self) -> Status {
-        self.status.lock().expect("status").clone()
+        let mut s = self.status.lock().expect("status").clone();
+        self.latencies.fill(&mut s);
+        s
     }
 
     /// The leader as last published (0: none known), without copying the whole status: every
@@ -418,6 +423,8 @@ pub struct Replica<S: StateMachine> {
     keepalive: Arc<KeepAlive>,
     /// The front-ends' admission of client requests (its refusals are counted as busy).
     admission: Arc<Admission>,
+    /// Write and read latencies, for their quantiles.
+    latencies: Arc<crate::metrics::Latencies>,
     /// The term, role and leader last in `/status`.
     published: (u64, Role, u64),
     /// When the transport last received a frame from each peer (for the log line that
@@ -475,6 +482,8 @@ pub struct Shared {
     pub keepalive: Arc<KeepAlive>,
     /// The front-ends' admission of client requests.
     pub admission: Arc<Admission>,
+    /// Write and read latencies (quantiles for whoever reads the status).
+    pub latencies: Arc<crate::metrics::Latencies>,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -491,6 +500,7 @@ impl<S: StateMachine> Replica<S> {
             status,
             keepalive,
             admission,
+            latencies,
         } = shared;
         let durability = match cfg.durability {
             DurabilityMode::Memory => waverunner_storage::Durability::Memory,
@@ -557,6 +567,7 @@ impl<S: StateMachine> Replica<S> {
             status,
             keepalive,
             admission,
+            latencies,
             published: (0, Role::Follower, 0),
             heard: HashMap::new(),
             addresses,
@@ -1003,6 +1014,7 @@ impl<S: StateMachine> Replica<S> {
                         } else {
                             self.write_latency.observe(us);
                         }
+                        self.latencies.record(read, us);
                     }
                     token(result);
                 }
@@ -1757,7 +1769,7 @@ mod tests {
     fn admission_refuses_beyond_the_bound_and_frees_on_answer() {
         let (tx, rx) = std::sync::mpsc::sync_channel(EVENT_QUEUE);
         let admission = Arc::new(Admission::default());
-        let h = Handle::new(tx, Arc::default(), admission.clone());
+        let h = Handle::new(tx, Arc::default(), admission.clone(), Arc::default());
         type Answers = Arc<Mutex<Vec<Result<Vec<u8>, ClientError>>>>;
         let answers: Answers = Arc::default();
         let submit = |seq: u64| {
