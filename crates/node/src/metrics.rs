@@ -78,7 +78,9 @@ impl Latencies {
     /// The quantiles of writes and of reads.
     pub fn quantiles(&self) -> (Quantiles, Quantiles) {
         let q = |h: &std::sync::Mutex<hdrhistogram::Histogram<u64>>| {
-            let h = h.lock().expect("latency histogram");
+            // A copy (a memcpy of its counts), so that the replica loop, which records under
+            // the same lock, waits for the copy only, not for the quantiles.
+            let h = h.lock().expect("latency histogram").clone();
             if h.is_empty() {
                 return Quantiles::default();
             }
