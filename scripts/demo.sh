@@ -6,7 +6,7 @@
 # user-space (udp) data plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-W="$PWD/target/release/waverunner"
+W="${WAVERUNNER:-$PWD/target/release/waverunner}"
 DIR="$(mktemp -d)/cluster"
 trap '"$W" down --dir "$DIR" >/dev/null 2>&1 || true; rmdir "$(dirname "$DIR")" 2>/dev/null || true' EXIT
 
