@@ -228,7 +228,12 @@ fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Resu
     match (method, path) {
         ("GET", "/metrics") => {
             let body = handle.status().prometheus();
-            respond(&mut s, "200 OK", "text/plain; version=0.0.4", &body)
+            respond(
+                &mut s,
+                "200 OK",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                &body,
+            )
         }
         ("GET", "/status") => {
             let body = serde_json::to_string_pretty(&handle.status()).expect("status serializes");

@@ -115,39 +115,40 @@ impl Histogram {
         self.count += 1;
     }
 
-    fn prometheus(&self, name: &str, help: &str, out: &mut String) {
-        use std::fmt::Write;
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cum = 0;
-        for (i, b) in LATENCY_BUCKETS_US.iter().enumerate() {
-            cum += self.buckets[i];
-            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cum}", *b as f64 / 1e6);
-        }
-        cum += self.buckets[LATENCY_BUCKETS_US.len()];
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_us as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count {}", self.count);
-        // The same observations' exact quantiles, as a summary of its own name.
-        let q = self.quantiles;
-        let _ = writeln!(
-            out,
-            "# HELP {name}_quantiles {help} Exact quantiles (HDR histogram, 3 digits).\n\
-             # TYPE {name}_quantiles summary"
+    /// Registers the histogram as `name` (buckets of [`LATENCY_BUCKETS_US`], in seconds), and
+    /// its exact quantiles as the gauges `name`_quantile{quantile=…}.
+    fn register(&self, reg: &mut prometheus_client::registry::Registry, name: &str, help: &str) {
+        let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS_US
+            .iter()
+            .zip(self.buckets)
+            .map(|(b, n)| (*b as f64 / 1e6, n))
+            .collect();
+        buckets.push((f64::MAX, self.buckets[LATENCY_BUCKETS_US.len()]));
+        reg.register(
+            name,
+            help,
+            BucketHistogram {
+                sum: self.sum_us as f64 / 1e6,
+                count: self.count,
+                buckets,
+            },
         );
-        for (label, v) in [
-            ("0.5", q.p50_us),
-            ("0.9", q.p90_us),
-            ("0.99", q.p99_us),
-            ("0.999", q.p999_us),
-        ] {
-            let _ = writeln!(
-                out,
-                "{name}_quantiles{{quantile=\"{label}\"}} {}",
-                v as f64 / 1e6
-            );
-        }
-        let _ = writeln!(out, "{name}_quantiles_sum {}", self.sum_us as f64 / 1e6);
-        let _ = writeln!(out, "{name}_quantiles_count {}", self.count);
+        let q = self.quantiles;
+        reg.register(
+            format!("{name}_quantile"),
+            format!("{help}: exact quantiles (HDR histogram, 3 significant digits)"),
+            Labeled::gauges(
+                "quantile",
+                [
+                    ("0.5", q.p50_us),
+                    ("0.9", q.p90_us),
+                    ("0.99", q.p99_us),
+                    ("0.999", q.p999_us),
+                    ("1", q.max_us),
+                ]
+                .map(|(l, us)| (l.to_string(), us as f64 / 1e6)),
+            ),
+        );
     }
 }
 
@@ -374,15 +375,15 @@ pub struct Counters {
 }
 
 impl Status {
-    /// Prometheus text exposition.
+    /// Prometheus exposition (OpenMetrics text, `prometheus-client`): counters, gauges, the
+    /// latency histograms and their exact quantiles, from this status.
     pub fn prometheus(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::new();
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let mut reg = prometheus_client::registry::Registry::with_prefix("waverunner");
+        // prometheus-client ends every help text with a period itself.
         let mut gauge = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP waverunner_{name} {help}\n# TYPE waverunner_{name} gauge\nwaverunner_{name} {v}"
-            );
+            reg.register(name, help.trim_end_matches('.'), ConstGauge::new(v));
         };
         gauge("term", "Current Raft term.", self.term);
         gauge(
@@ -415,15 +416,11 @@ impl Status {
             "1 if the data plane is enabled.",
             self.dataplane_enabled as u64,
         );
-        let _ = writeln!(
-            out,
-            "# HELP waverunner_role Role of this replica.\n# TYPE waverunner_role gauge\nwaverunner_role{{role=\"{}\"}} 1",
-            self.role
-        );
         let f = &self.fastpath;
-        for (name, help, v) in [
+        let c = &self.counters;
+        let counters = [
             (
-                "dataplane_enabled_term",
+                "dataplane_enabled_term_GAUGE",
                 "Term the data plane was enabled in.",
                 f.enabled_term,
             ),
@@ -489,20 +486,6 @@ impl Status {
                 "REJECTs sent while the data plane was off.",
                 f.rejects_sent,
             ),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP waverunner_{name} {help}\n# TYPE waverunner_{name} counter\nwaverunner_{name} {v}"
-            );
-        }
-        for (reason, v) in &f.disables {
-            let _ = writeln!(
-                out,
-                "waverunner_dataplane_disables_total{{reason=\"{reason}\"}} {v}"
-            );
-        }
-        let c = &self.counters;
-        for (name, help, v) in [
             ("requests_total", "Client requests received.", c.requests),
             (
                 "proposals_total",
@@ -611,23 +594,123 @@ impl Status {
                 "Membership changes proposed.",
                 c.membership_changes,
             ),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP waverunner_{name} {help}\n# TYPE waverunner_{name} counter\nwaverunner_{name} {v}"
-            );
+        ];
+        for (name, help, v) in counters {
+            let help = help.trim_end_matches('.');
+            match name.strip_suffix("_total") {
+                Some(name) => reg.register(name, help, ConstCounter::new(v)),
+                None => reg.register(name.trim_end_matches("_GAUGE"), help, ConstGauge::new(v)),
+            }
         }
-        self.write_latency.prometheus(
-            "waverunner_write_latency_seconds",
-            "Write latency at this replica.",
-            &mut out,
+        reg.register(
+            "role",
+            "Role of this replica",
+            Labeled::gauges("role", [(self.role.clone(), 1.0)]),
         );
-        self.read_latency.prometheus(
-            "waverunner_read_latency_seconds",
-            "Read latency at this replica.",
-            &mut out,
+        reg.register(
+            "dataplane_disables",
+            "Data-plane disables (hand-offs to software), by reason",
+            Labeled::counters(
+                "reason",
+                f.disables.iter().map(|(r, v)| (r.clone(), *v as f64)),
+            ),
         );
+        self.write_latency.register(
+            &mut reg,
+            "write_latency_seconds",
+            "Write latency at this replica",
+        );
+        self.read_latency.register(
+            &mut reg,
+            "read_latency_seconds",
+            "Read latency at this replica",
+        );
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg)
+            .expect("writing to a String does not fail");
         out
+    }
+}
+
+/// A histogram already counted per bucket (`prometheus-client` builds its own from observations;
+/// the replica publishes counts).
+#[derive(Debug)]
+struct BucketHistogram {
+    sum: f64,
+    count: u64,
+    /// (upper bound, count in that bucket), the last bound `f64::MAX` (+Inf).
+    buckets: Vec<(f64, u64)>,
+}
+
+impl prometheus_client::encoding::EncodeMetric for BucketHistogram {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.sum,
+            self.count,
+            &self.buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
+}
+
+/// A family of constant values under one label (a gauge or a counter per label value).
+#[derive(Debug)]
+struct Labeled {
+    counter: bool,
+    label: &'static str,
+    values: Vec<(String, f64)>,
+}
+
+impl Labeled {
+    fn gauges(label: &'static str, values: impl IntoIterator<Item = (String, f64)>) -> Labeled {
+        Labeled {
+            counter: false,
+            label,
+            values: values.into_iter().collect(),
+        }
+    }
+
+    fn counters(label: &'static str, values: impl IntoIterator<Item = (String, f64)>) -> Labeled {
+        Labeled {
+            counter: true,
+            ..Labeled::gauges(label, values)
+        }
+    }
+}
+
+impl prometheus_client::encoding::EncodeMetric for Labeled {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        for (value, v) in &self.values {
+            let labels = [(self.label, value.as_str())];
+            let mut e = encoder.encode_family(&labels)?;
+            if self.counter {
+                e.encode_counter::<prometheus_client::encoding::NoLabelSet, _, f64>(
+                    &(*v as u64),
+                    None,
+                )?;
+            } else {
+                e.encode_gauge(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        if self.counter {
+            prometheus_client::metrics::MetricType::Counter
+        } else {
+            prometheus_client::metrics::MetricType::Gauge
+        }
     }
 }
 
@@ -637,17 +720,32 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative_in_prometheus() {
-        let mut h = Histogram::default();
+        let mut st = Status::default();
         for us in [10, 60, 60, 10_000_000] {
-            h.observe(us);
+            st.write_latency.observe(us);
         }
-        let mut s = String::new();
-        h.prometheus("x", "y", &mut s);
-        assert!(s.contains("x_bucket{le=\"0.00005\"} 1"), "{s}");
-        assert!(s.contains("x_bucket{le=\"0.0001\"} 3"), "{s}");
-        assert!(s.contains("x_bucket{le=\"5\"} 3"), "{s}");
-        assert!(s.contains("x_bucket{le=\"+Inf\"} 4"), "{s}");
-        assert!(s.contains("x_count 4"), "{s}");
+        let s = st.prometheus();
+        eprintln!("{s}");
+        let name = "waverunner_write_latency_seconds";
+        assert!(s.contains(&format!("# TYPE {name} histogram")), "{s}");
+        assert!(
+            s.contains(&format!("{name}_bucket{{le=\"0.00005\"}} 1")),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!("{name}_bucket{{le=\"0.0001\"}} 3")),
+            "{s}"
+        );
+        assert!(s.contains(&format!("{name}_bucket{{le=\"5.0\"}} 3")), "{s}");
+        assert!(
+            s.contains(&format!("{name}_bucket{{le=\"+Inf\"}} 4")),
+            "{s}"
+        );
+        assert!(s.contains(&format!("{name}_count 4")), "{s}");
+        assert!(
+            s.ends_with("# EOF\n"),
+            "OpenMetrics text ends with # EOF: {s}"
+        );
     }
 
     /// Quantiles come from every observation, within 0.1 %, not from a bucket's bound (the
@@ -672,11 +770,11 @@ mod tests {
         let r = s.read_latency.quantiles;
         assert_eq!(r.p50_us, 1);
         assert!(near(r.max_us, MAX_LATENCY_US), "{r:?}");
-        let mut text = String::new();
-        s.write_latency.prometheus("w", "Write latency.", &mut text);
-        assert!(text.contains("# TYPE w_quantiles summary"), "{text}");
+        let text = s.prometheus();
+        let name = "waverunner_write_latency_seconds_quantile";
+        assert!(text.contains(&format!("# TYPE {name} gauge")), "{text}");
         assert!(
-            text.contains("w_quantiles{quantile=\"0.99\"} 0.00099"),
+            text.contains(&format!("{name}{{quantile=\"0.99\"}} 0.00099")),
             "{text}"
         );
         assert_eq!(Latencies::default().quantiles().0, Quantiles::default());
