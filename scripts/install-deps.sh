@@ -2,7 +2,7 @@
 # Installs what building and testing Waverunner needs. Idempotent: installs only what is missing.
 set -euo pipefail
 
-apt_pkgs=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config linux-libc-dev gcc make iproute2 nftables redis-tools libmemcached-tools python3 python3-pymemcache python3-redis)
+apt_pkgs=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config linux-libc-dev gcc make iproute2 nftables redis-tools libmemcached-tools python3 python3-pymemcache python3-redis python3-prometheus-client)
 # Go builds the linearizability checker (tools/lincheck); the machine's own Go is fine.
 command -v go >/dev/null 2>&1 || apt_pkgs+=(golang-go)
 apt_pkgs+=(python3-matplotlib)  # scripts/plot_timeline.py: the `waverunner timeline` plots

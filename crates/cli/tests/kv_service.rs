@@ -237,6 +237,42 @@ fn redis_cli_every_command_through_every_replica() {
         let st_before = c.status(w);
         let info = redis_raw(a, &["INFO"]);
         let st_after = c.status(w);
+        // /metrics parses with the reference OpenMetrics parser (Python prometheus_client),
+        // and carries the latency histogram and its exact quantiles.
+        let (code, metrics) =
+            http_get(c.admin_addr(w), "/metrics", Duration::from_secs(5)).expect("/metrics");
+        assert_eq!(code, 200, "{metrics}");
+        let parsed = run_with_timeout(
+            Command::new(python_with_prometheus_client()).args([
+                "-c",
+                "import sys\n\
+                 from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+                 for f in text_string_to_metric_families(sys.stdin.read()):\n    \
+                 print(f.name, f.type, len(f.samples))",
+            ]),
+            Some(metrics.as_bytes()),
+            Duration::from_secs(20),
+        );
+        let families = String::from_utf8_lossy(&parsed.stdout).into_owned();
+        assert!(
+            parsed.status.success(),
+            "/metrics of node {w} does not parse as OpenMetrics: {}\n{metrics}",
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+        for family in [
+            "waverunner_write_latency_seconds histogram",
+            "waverunner_write_latency_seconds_quantile gauge",
+            "waverunner_busy counter",
+            "waverunner_dataplane_disables counter",
+            "waverunner_term gauge",
+        ] {
+            assert!(
+                families
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{family} "))),
+                "no {family} in /metrics of node {w}: {families}"
+            );
+        }
         // Writes answered here have exact latency quantiles in /status (HDR histogram).
         let q = st_after.write_latency.quantiles;
         assert!(

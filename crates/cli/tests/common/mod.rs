@@ -827,6 +827,11 @@ pub fn python_with_redis() -> PathBuf {
     python_with("redis", "python3-redis")
 }
 
+/// A python3 that can import prometheus_client (the reference OpenMetrics parser).
+pub fn python_with_prometheus_client() -> PathBuf {
+    python_with("prometheus_client", "python3-prometheus-client")
+}
+
 /// Runs `cmd` with stdin from `input`, killing it after `timeout`; returns its output.
 pub fn run_with_timeout(cmd: &mut Command, input: Option<&[u8]>, timeout: Duration) -> Output {
     let desc = format!("{cmd:?}");
