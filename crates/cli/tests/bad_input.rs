@@ -451,9 +451,32 @@ fn garbage_on_the_admin_port() {
     // Every one of them was a bad request, counted.
     client_errors_grew(&c, id, before, cases.len() as u64);
     // A connection that never sends anything does not block the others.
-    let _idle = connect(a, READ);
+    let idle = connect(a, READ);
     let (code, _) = http_get(a, "/metrics", READ).expect("/metrics");
     assert_eq!(code, 200);
+    // Idle connections are bounded: past the bound a request is answered 503 at once, and once
+    // they are gone requests are served again.
+    let mut more: Vec<_> = (0..waverunner_node::admin::MAX_CONNECTIONS)
+        .map(|_| connect(a, READ))
+        .collect();
+    more.push(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    let (out, closed) = send_and_read(a, b"GET /metrics HTTP/1.0\r\n\r\n", READ);
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.0 503"), "past the bound: {out:?}");
+    assert!(closed);
+    drop(more);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match http_get(a, "/metrics", READ) {
+            Ok((200, _)) => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "not served again after the idle connections closed: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_serving(&mut c, id);
 }
 

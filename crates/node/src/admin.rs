@@ -1,7 +1,7 @@
 //! Admin HTTP: `GET /metrics` (Prometheus text), `GET /status` (JSON), and the membership
 //! commands `POST /membership` and `POST /transfer-leader` (JSON in, JSON out). A minimal
-//! HTTP/1.0 server: one short-lived connection per request, bounded request size, no
-//! keep-alive.
+//! HTTP/1.0 server: one short-lived connection per request, bounded request size and
+//! connections ([`MAX_CONNECTIONS`]), no keep-alive.
 //!
 //! ```text
 //! POST /membership       {"op":"add_learner","id":4,"raft":"10.0.0.4:7000","client":"10.0.0.4:7100"}
@@ -30,18 +30,40 @@ const MAX_REQUEST: usize = 8 << 10;
 /// Largest request body read.
 const MAX_BODY: usize = 4 << 10;
 
+/// Admin connections served at once at most (a thread each); past it a connection is answered
+/// 503 at once and closed, so that idle or slow clients cannot pile up threads.
+pub const MAX_CONNECTIONS: usize = 64;
+
 /// Serves admin requests until `stop`.
 pub fn serve(listener: TcpListener, handle: Handle, stop: Arc<Stop>) {
     let _ = listener.set_nonblocking(true);
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.is_set() {
         match listener.accept() {
-            Ok((s, _)) => {
-                let h = handle.clone();
-                let _ = std::thread::Builder::new()
-                    .name("admin-conn".into())
-                    .spawn(move || {
-                        let _ = one(s, &h);
-                    });
+            Ok((mut s, _)) => {
+                use std::sync::atomic::Ordering;
+                if open.load(Ordering::Acquire) >= MAX_CONNECTIONS {
+                    // A short answer fits the new socket's buffer: this write does not block.
+                    let _ = respond(
+                        &mut s,
+                        "503 Service Unavailable",
+                        "text/plain",
+                        "too many admin connections\n",
+                    );
+                    continue;
+                }
+                open.fetch_add(1, Ordering::AcqRel);
+                let (h, open2) = (handle.clone(), open.clone());
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("admin-conn".into())
+                        .spawn(move || {
+                            let _ = one(s, &h);
+                            open2.fetch_sub(1, Ordering::AcqRel);
+                        });
+                if spawned.is_err() {
+                    open.fetch_sub(1, Ordering::AcqRel);
+                }
             }
             Err(_) => {
                 stop.wait_readable(listener.as_raw_fd(), None);
