@@ -249,7 +249,7 @@ fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Resu
     }
     match (method, path) {
         ("GET", "/metrics") => {
-            let body = handle.status().prometheus();
+            let body = handle.status_with_latency().prometheus();
             respond(
                 &mut s,
                 "200 OK",
@@ -258,7 +258,8 @@ fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Resu
             )
         }
         ("GET", "/status") => {
-            let body = serde_json::to_string_pretty(&handle.status()).expect("status serializes");
+            let body = serde_json::to_string_pretty(&handle.status_with_latency())
+                .expect("status serializes");
             respond(&mut s, "200 OK", "application/json", &body)
         }
         ("POST", "/membership" | "/transfer-leader") => {

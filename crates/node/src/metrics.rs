@@ -8,7 +8,8 @@ pub const LATENCY_BUCKETS_US: [u64; 14] = [
     5_000_000,
 ];
 
-/// A latency histogram as published: fixed buckets for Prometheus, and exact quantiles.
+/// A latency histogram as published (from [`Latencies`], when `/status` or `/metrics` is read):
+/// fixed buckets for Prometheus, and exact quantiles.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Histogram {
@@ -18,7 +19,7 @@ pub struct Histogram {
     pub sum_us: u64,
     /// Observations.
     pub count: u64,
-    /// Quantiles of every observation (from [`Latencies`], filled in when the status is read).
+    /// Quantiles of every observation.
     pub quantiles: Quantiles,
 }
 
@@ -42,22 +43,60 @@ pub struct Quantiles {
 /// Highest latency the HDR histograms hold, µs (an hour); longer ones count as this.
 pub const MAX_LATENCY_US: u64 = 3_600_000_000;
 
+/// One kind of request's latencies: an HDR histogram and the exact sum.
+#[derive(Clone)]
+struct Series {
+    hdr: hdrhistogram::Histogram<u64>,
+    sum_us: u64,
+}
+
+impl Series {
+    /// The published form: counts per bucket of [`LATENCY_BUCKETS_US`], sum, count, quantiles.
+    fn histogram(&self) -> Histogram {
+        let h = &self.hdr;
+        let mut out = Histogram {
+            sum_us: self.sum_us,
+            count: h.len(),
+            ..Histogram::default()
+        };
+        if h.is_empty() {
+            return out;
+        }
+        for v in h.iter_recorded() {
+            let i = LATENCY_BUCKETS_US
+                .iter()
+                .position(|&b| v.value_iterated_to() <= b)
+                .unwrap_or(LATENCY_BUCKETS_US.len());
+            out.buckets[i] += v.count_at_value();
+        }
+        out.quantiles = Quantiles {
+            p50_us: h.value_at_quantile(0.50),
+            p90_us: h.value_at_quantile(0.90),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        };
+        out
+    }
+}
+
 /// The replica's write and read latencies as HDR histograms (`hdrhistogram`): the replica
-/// records, whoever reads the status takes the quantiles. Fixed size (3 significant digits from
-/// 1 µs to [`MAX_LATENCY_US`]: about 200 KB each), so a record is O(1) and nothing is copied per
-/// tick; the quantiles are computed only when asked for.
+/// records each answered request once, in O(1); whoever reads `/status` or `/metrics` gets the
+/// buckets and quantiles, computed then from a copy. Fixed size (3 significant digits from 1 µs
+/// to [`MAX_LATENCY_US`]: about 200 KB each); nothing is copied per tick.
 pub struct Latencies {
-    write: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
-    read: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
+    write: std::sync::Mutex<Series>,
+    read: std::sync::Mutex<Series>,
 }
 
 impl Default for Latencies {
     fn default() -> Latencies {
         let h = || {
-            std::sync::Mutex::new(
-                hdrhistogram::Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
+            std::sync::Mutex::new(Series {
+                hdr: hdrhistogram::Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
                     .expect("valid HDR histogram bounds"),
-            )
+                sum_us: 0,
+            })
         };
         Latencies {
             write: h(),
@@ -69,52 +108,26 @@ impl Default for Latencies {
 impl Latencies {
     /// Records one request's latency.
     pub fn record(&self, read: bool, us: u64) {
-        let h = if read { &self.read } else { &self.write };
-        h.lock()
-            .expect("latency histogram")
-            .saturating_record(us.clamp(1, MAX_LATENCY_US));
+        let s = if read { &self.read } else { &self.write };
+        let mut s = s.lock().expect("latency histogram");
+        s.hdr.saturating_record(us.clamp(1, MAX_LATENCY_US));
+        s.sum_us = s.sum_us.saturating_add(us);
     }
 
-    /// The quantiles of writes and of reads.
-    pub fn quantiles(&self) -> (Quantiles, Quantiles) {
-        let q = |h: &std::sync::Mutex<hdrhistogram::Histogram<u64>>| {
-            // A copy (a memcpy of its counts), so that the replica loop, which records under
-            // the same lock, waits for the copy only, not for the quantiles.
-            let h = h.lock().expect("latency histogram").clone();
-            if h.is_empty() {
-                return Quantiles::default();
-            }
-            Quantiles {
-                p50_us: h.value_at_quantile(0.50),
-                p90_us: h.value_at_quantile(0.90),
-                p99_us: h.value_at_quantile(0.99),
-                p999_us: h.value_at_quantile(0.999),
-                max_us: h.max(),
-            }
-        };
-        (q(&self.write), q(&self.read))
+    /// Writes and reads as published. From a copy (a memcpy of the counts), so that the replica
+    /// loop, which records under the same lock, waits for the copy only.
+    pub fn histograms(&self) -> (Histogram, Histogram) {
+        let of = |s: &std::sync::Mutex<Series>| s.lock().expect("latency histogram").clone();
+        (of(&self.write).histogram(), of(&self.read).histogram())
     }
 
-    /// Fills the quantiles of `s`'s write and read latency.
+    /// Fills `s`'s write and read latency.
     pub fn fill(&self, s: &mut Status) {
-        let (w, r) = self.quantiles();
-        s.write_latency.quantiles = w;
-        s.read_latency.quantiles = r;
+        (s.write_latency, s.read_latency) = self.histograms();
     }
 }
 
 impl Histogram {
-    /// Records one observation.
-    pub fn observe(&mut self, us: u64) {
-        let i = LATENCY_BUCKETS_US
-            .iter()
-            .position(|&b| us <= b)
-            .unwrap_or(LATENCY_BUCKETS_US.len());
-        self.buckets[i] += 1;
-        self.sum_us += us;
-        self.count += 1;
-    }
-
     /// Registers the histogram as `name` (buckets of [`LATENCY_BUCKETS_US`], in seconds), and
     /// its exact quantiles as the gauges `name`_quantile{quantile=…}.
     fn register(&self, reg: &mut prometheus_client::registry::Registry, name: &str, help: &str) {
@@ -720,10 +733,13 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative_in_prometheus() {
-        let mut st = Status::default();
+        let l = Latencies::default();
         for us in [10, 60, 60, 10_000_000] {
-            st.write_latency.observe(us);
+            l.record(false, us);
         }
+        let mut st = Status::default();
+        l.fill(&mut st);
+        assert_eq!(st.write_latency.sum_us, 10_000_130);
         let s = st.prometheus();
         eprintln!("{s}");
         let name = "waverunner_write_latency_seconds";
@@ -777,6 +793,9 @@ mod tests {
             text.contains(&format!("{name}{{quantile=\"0.99\"}} 0.00099")),
             "{text}"
         );
-        assert_eq!(Latencies::default().quantiles().0, Quantiles::default());
+        assert_eq!(
+            Latencies::default().histograms().0.quantiles,
+            Quantiles::default()
+        );
     }
 }

@@ -19,7 +19,7 @@ use waverunner_storage::Storage;
 
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
 use crate::fastpath::{DpHost, SoftwareLatency};
-use crate::metrics::{Counters, Histogram, MemberStatus, Status};
+use crate::metrics::{Counters, MemberStatus, Status};
 use crate::sm::{
     EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated, StateMachine,
 };
@@ -359,7 +359,13 @@ impl Handle {
 
     /// The status the replica published last (every tick).
     pub fn status(&self) -> Status {
-        let mut s = self.status.lock().expect("status").clone();
+        self.status.lock().expect("status").clone()
+    }
+
+    /// The same with the write and read latency histograms and quantiles (computed now, from
+    /// the replica's HDR histograms: for `/status` and `/metrics`, not for every INFO).
+    pub fn status_with_latency(&self) -> Status {
+        let mut s = self.status();
         self.latencies.fill(&mut s);
         s
     }
@@ -434,8 +440,6 @@ pub struct Replica<S: StateMachine> {
     /// Client requests from submission to answer (the host's routing).
     requests: Requests<Replier>,
     counters: Counters,
-    write_latency: Histogram,
-    read_latency: Histogram,
     role: Role,
     /// What the ready handling remembers between batches (the hard state stored and the
     /// newest one, the commit index seen).
@@ -575,8 +579,6 @@ impl<S: StateMachine> Replica<S> {
             // incarnation must never answer a request of this one.
             requests: Requests::new(id, first_req, Duration::from_millis(request_timeout_ms)),
             counters: Counters::default(),
-            write_latency: Histogram::default(),
-            read_latency: Histogram::default(),
             role,
             ready_st: ReadyState::new(persisted_hard),
             admin_pending: Membership::new(Duration::from_millis(request_timeout_ms.max(1_000))),
@@ -1008,13 +1010,7 @@ impl<S: StateMachine> Replica<S> {
                     latency,
                 } => {
                     if result.is_ok() {
-                        let us = latency.as_micros() as u64;
-                        if read {
-                            self.read_latency.observe(us);
-                        } else {
-                            self.write_latency.observe(us);
-                        }
-                        self.latencies.record(read, us);
+                        self.latencies.record(read, latency.as_micros() as u64);
                     }
                     token(result);
                 }
@@ -1471,8 +1467,9 @@ impl<S: StateMachine> Replica<S> {
             maxmemory: self.cfg.maxmemory,
             digest: self.state.sm.digest(),
             counters: self.counters.clone(),
-            write_latency: self.write_latency.clone(),
-            read_latency: self.read_latency.clone(),
+            // Filled from the HDR histograms by whoever reads `/status` or `/metrics`.
+            write_latency: Default::default(),
+            read_latency: Default::default(),
         };
         *self.status.lock().expect("status") = s;
     }
