@@ -650,7 +650,7 @@ fn scale_bench(a: &ScaleArgs) -> Result<(), String> {
     )
     .map_err(|e| format!("bad --dir: {e}"))?;
     let started = Instant::now();
-    let redis = redis_binary();
+    let redis = apt_binary("redis-server", "redis-server", "bench scale");
     let command = std::iter::once("waverunner".to_string())
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
@@ -736,11 +736,6 @@ fn scale_setup(command: &str, a: &ScaleArgs, redis: &Result<PathBuf, String>) ->
         first("/proc/sys/kernel/osrelease", 1),
         first("/proc/loadavg", 3),
     )
-}
-
-/// `redis-server` from `PATH`; installed with apt when missing and we are root; else why not.
-fn redis_binary() -> Result<PathBuf, String> {
-    apt_binary("redis-server", "redis-server", "bench scale")
 }
 
 /// `bin` on the PATH (or in /usr/bin, /usr/sbin); as root, installed with `apt-get install
