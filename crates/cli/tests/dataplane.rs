@@ -247,6 +247,12 @@ fn serve_everything(dir: &Path, no_disables: bool) {
         common::check_pipelines(n.redis[i], &format!("pipe{}", n.ids[i]), 300);
     }
 
+    // Reads with the data plane on: a pipeline of GETs is served by a few log entries, each
+    // carrying every read that arrived before it was sent, not one entry per read.
+    for i in [li, fi] {
+        reads_are_batched(n.redis[i], n.admin[i], &format!("batch{}", n.ids[i]));
+    }
+
     // waverunner kv.
     assert_eq!(
         ok(&["kv", "--dir", &d, "set", "kvkey", "hello"]).trim(),
@@ -324,6 +330,57 @@ fn serve_everything(dir: &Path, no_disables: bool) {
             describe(&after)
         );
     }
+}
+
+/// 32 clients reading at once at `redis` (the data plane on), 25 GETs each: every answer
+/// right, and reads served by another read's entry (`reads_batched`; a connection's pipeline
+/// is one request already, so only reads from different requests can be batched). A hand-off
+/// in the middle sends reads to ReadIndex instead, so a try during one is repeated (three at
+/// most).
+fn reads_are_batched(redis_addr: SocketAddr, admin: SocketAddr, key: &str) {
+    use std::io::Write;
+    const CLIENTS: usize = 32;
+    const READS: usize = 25;
+    assert_eq!(redis(redis_addr, &["SET", key, "batched"]), "OK");
+    let get = common::resp_cmd(&[b"GET", key.as_bytes()]);
+    let mut last = String::new();
+    for _ in 0..3 {
+        let before = fetch_status(admin).expect("status");
+        std::thread::scope(|sc| {
+            for _ in 0..CLIENTS {
+                sc.spawn(|| {
+                    let mut s = common::connect(redis_addr, Duration::from_secs(30));
+                    for _ in 0..READS {
+                        s.write_all(&get).expect("write a GET");
+                        let (got, _) = common::read_until(&mut s, Duration::from_secs(30), |b| {
+                            !common::resp_replies(b).is_empty()
+                        });
+                        assert_eq!(got, b"$7\r\nbatched\r\n", "a GET at {redis_addr}");
+                    }
+                });
+            }
+        });
+        let after = fetch_status(admin).expect("status");
+        let batched = after.counters.reads_batched - before.counters.reads_batched;
+        let entries = after.commit_index - before.commit_index;
+        eprintln!(
+            "{} reads at {redis_addr}: {batched} batched, {entries} entries committed",
+            CLIENTS * READS
+        );
+        if batched > 0 {
+            return;
+        }
+        last = format!(
+            "none batched at {redis_addr} (data plane {} -> {}, enables {} -> {})",
+            before.dataplane_enabled,
+            after.dataplane_enabled,
+            before.fastpath.enables,
+            after.fastpath.enables
+        );
+        eprintln!("NOTE: {last}; again");
+        wait_enabled(&[admin]);
+    }
+    panic!("reads are not batched with the data plane on: {last}");
 }
 
 /// `up` with these arguments (plus `--dir`), `down` by the returned guard.

@@ -1,8 +1,9 @@
 //! Client requests at one replica, from the moment a front-end submits one until it is
 //! answered: a write goes into the log (leader) or to the leader (follower: over the replica
 //! transport, or over the fast path when the data plane replicates); a read goes to ReadIndex
-//! and waits for the apply ([`crate::reads`]), or through the log when the data plane is on or
-//! the leader refused its ReadIndex; without a leader a request waits and is routed again
+//! and waits for the apply ([`crate::reads`]), or through the log when the leader refused its
+//! ReadIndex; with the data plane on, reads are batched behind one read through the log
+//! ([`ReadBatch`]); without a leader a request waits and is routed again
 //! every tick until its deadline. The origin replica answers its client when it applies the
 //! entry; a request forwarded to it by another replica is proposed as is, or refused with a
 //! NACK that lets its origin route it again (it was certainly not proposed).
@@ -19,7 +20,7 @@ use waverunner_fastpath::payload::{Envelope, EnvelopeRef};
 use waverunner_raft::{DataPlaneState, Proposal, ProposeError, Raft, ReadError, ReadState, Role};
 
 use crate::dataplane::DataPlaneHost;
-use crate::reads::ReadQueue;
+use crate::reads::{ReadBatch, ReadQueue};
 use crate::Time;
 
 /// Client requests in flight at one replica at most; beyond it requests are refused (busy).
@@ -97,6 +98,8 @@ pub enum Stage {
     Forwarded,
     /// Waiting for a ReadIndex answer or for the applied index to reach it.
     Reading,
+    /// Data plane on: waiting for a read through the log to carry it ([`ReadBatch`]).
+    Batched,
 }
 
 struct Request<T> {
@@ -165,6 +168,8 @@ pub struct RequestStats {
     pub forwarded: u64,
     /// Reads whose ReadIndex the leader refused, sent through the log instead.
     pub reads_refused: u64,
+    /// Reads served by another read's entry (data plane on), without one of their own.
+    pub reads_batched: u64,
     /// Answered successfully.
     pub answered: u64,
     /// Retries answered from the session table.
@@ -208,6 +213,10 @@ pub struct Requests<T> {
     refused: Vec<u64>,
     /// Reads given a read index, waiting for the apply.
     waiting: ReadQueue,
+    /// Reads batched behind one read through the log (data plane on).
+    batch: ReadBatch,
+    /// When the batch's carrier was last sent.
+    carrier_sent: Time,
     effects: Vec<Effect<T>>,
     /// Counters.
     pub stats: RequestStats,
@@ -226,6 +235,8 @@ impl<T> Requests<T> {
             retry: Vec::new(),
             refused: Vec::new(),
             waiting: ReadQueue::default(),
+            batch: ReadBatch::default(),
+            carrier_sent: Time::ZERO,
             effects: Vec::new(),
             stats: RequestStats::default(),
         }
@@ -304,7 +315,8 @@ impl<T> Requests<T> {
         };
         assert_eq!(r.stage, Stage::Routing, "request {id} routed twice");
         let dp_on = matches!(cx.raft.dataplane_state(), DataPlaneState::On { .. });
-        if r.read && matches!(cx.raft.dataplane_state(), DataPlaneState::Off) {
+        let dp_off = matches!(cx.raft.dataplane_state(), DataPlaneState::Off);
+        if r.read && dp_off {
             match cx.raft.read_index(id.to_le_bytes().to_vec()) {
                 Ok(()) => r.stage = Stage::Reading,
                 Err(
@@ -318,8 +330,16 @@ impl<T> Requests<T> {
             }
             return;
         }
-        // With the data plane on (or handing over), reads go through the log (the paper's
-        // behaviour): ReadIndex would need software heartbeats the data plane replaced.
+        // With the data plane on (or handing over), ReadIndex would need software heartbeats
+        // the data plane replaced: a read goes through the log, one for all reads that
+        // arrived before it was sent (the paper sends each).
+        if r.read {
+            if !self.batch.arrive(id) {
+                r.stage = Stage::Batched;
+                return;
+            }
+            self.carrier_sent = cx.now;
+        }
         r.read = false;
         if cx.raft.role() == Role::Leader {
             let env = EnvelopeRef {
@@ -333,8 +353,11 @@ impl<T> Requests<T> {
             match cx.raft.propose(env.encode()) {
                 Ok(p) => {
                     r.stage = Stage::Proposed;
-                    // In the log now; nothing routes a proposed request again.
-                    r.command = Vec::new();
+                    // In the log now; nothing routes a proposed request again but a
+                    // carrier of reads, if its entry is lost.
+                    if id != self.batch.carrier() {
+                        r.command = Vec::new();
+                    }
                     self.stats.proposals += 1;
                     if let Proposal::Appended(index) = p {
                         self.effects.push(Effect::Appended(index));
@@ -468,11 +491,53 @@ impl<T> Requests<T> {
                 }
             }
         }
+        // A carrier's entry can be lost too (a dropped datagram, a truncated proposal): it
+        // is sent again after a while (a read is safe to send twice).
+        let carrier = self.batch.carrier();
+        if carrier != 0 && now.saturating_sub(self.carrier_sent) > READ_FALLBACK {
+            if let Some(r) = self.table.get_mut(&carrier) {
+                if matches!(r.stage, Stage::Proposed | Stage::Forwarded) {
+                    r.stage = Stage::Routing;
+                    self.carrier_sent = now;
+                    self.retry.push(carrier);
+                }
+            }
+        }
         let table = &self.table;
         self.waiting
             .retain(|id| table.get(&id).is_some_and(|r| r.stage == Stage::Reading));
         let retry = std::mem::take(&mut self.retry);
         self.route_waiting(retry, cx);
+        self.next_batch(cx);
+    }
+
+    /// With no carrier in flight, sends the reads that wait for one: through the log as one
+    /// batch (data plane on), or each to ReadIndex (off again).
+    fn next_batch<P: DataPlane>(&mut self, cx: &mut Cx<'_, P>) {
+        let mut ids = self.batch.take_waiting();
+        ids.retain(|id| {
+            self.table
+                .get(id)
+                .is_some_and(|r| r.stage == Stage::Batched)
+        });
+        if ids.is_empty() {
+            return;
+        }
+        for id in &ids {
+            self.table.get_mut(id).expect("kept").stage = Stage::Routing;
+        }
+        if matches!(cx.raft.dataplane_state(), DataPlaneState::Off) {
+            self.route_waiting(ids, cx);
+            return;
+        }
+        let carrier = ids.remove(0);
+        for id in &ids {
+            self.table.get_mut(id).expect("kept").stage = Stage::Batched;
+        }
+        self.batch.form(carrier, ids);
+        self.carrier_sent = cx.now;
+        self.table.get_mut(&carrier).expect("kept").read = false;
+        self.route(carrier, cx);
     }
 
     /// Routes those of `ids` that still wait for it.
@@ -536,6 +601,7 @@ impl<T> Requests<T> {
     pub fn after_ready<P: DataPlane>(&mut self, cx: &mut Cx<'_, P>) {
         let refused = std::mem::take(&mut self.refused);
         self.route_waiting(refused, cx);
+        self.next_batch(cx);
     }
 
     /// The reads that `applied` makes servable, as (read index, request id, command), in the
@@ -594,6 +660,10 @@ impl<T> Requests<T> {
     /// Request `id`, out of the table and the deadlines.
     fn remove(&mut self, id: u64) -> Option<Request<T>> {
         let r = self.table.remove(&id)?;
+        if id == self.batch.carrier() {
+            // Not applied (an applied carrier hands its riders over first).
+            self.batch.lost();
+        }
         assert!(
             self.deadlines.remove(&(r.deadline, id)),
             "request {id} had no deadline"
@@ -610,12 +680,17 @@ impl<T> Requests<T> {
         self.retry.clear();
         self.refused.clear();
         self.waiting.clear();
+        self.batch.clear();
     }
 
-    /// An entry was applied: if this replica proposed or forwarded it for a client
-    /// (`origin`, request `req`, session `client`/`seq`), answers that client with `outcome`.
+    /// Entry `index` was applied: if this replica proposed or forwarded it for a client
+    /// (`origin`, request `req`, session `client`/`seq`), answers that client with `outcome`;
+    /// if it carried a batch of reads, they are served from the state at `index` on
+    /// ([`Requests::reads_ready`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn on_applied(
         &mut self,
+        index: u64,
         origin: u64,
         req: u64,
         client: u64,
@@ -632,6 +707,18 @@ impl<T> Requests<T> {
             .is_some_and(|r| r.client == client && r.seq == seq && !r.read);
         if !mine {
             return;
+        }
+        if req == self.batch.carrier() && !matches!(outcome, Outcome::Stale) {
+            for rider in self.batch.carried() {
+                if let Some(r) = self.table.get_mut(&rider) {
+                    if r.stage == Stage::Batched {
+                        r.stage = Stage::Reading;
+                        r.read = true;
+                        self.waiting.wait(index, rider);
+                        self.stats.reads_batched += 1;
+                    }
+                }
+            }
         }
         match outcome {
             Outcome::Applied(r) => self.answer(req, r.clone(), now),
@@ -756,7 +843,9 @@ mod tests {
                         }
                         if let Ok(env) = Envelope::decode(&e.data, usize::MAX) {
                             let out = Outcome::Applied(format!("at {}", e.index).into_bytes());
-                            rq.on_applied(env.origin, env.req, env.client, env.seq, &out, self.now);
+                            rq.on_applied(
+                                e.index, env.origin, env.req, env.client, env.seq, &out, self.now,
+                            );
                         }
                     }
                     let applied = self.rafts[&id].commit_index();

@@ -335,6 +335,9 @@ pub struct Counters {
     /// Reads whose ReadIndex the leader refused (its data plane replicates, or it has not
     /// committed in its term yet), served through the log instead.
     pub reads_refused: u64,
+    /// Reads served by another read's entry while the data plane replicates (one entry per
+    /// batch of reads).
+    pub reads_batched: u64,
     /// Entries applied.
     pub applied_entries: u64,
     /// Client requests answered successfully.
@@ -516,6 +519,11 @@ impl Status {
                 "reads_refused_total",
                 "Reads whose ReadIndex the leader refused, served through the log.",
                 c.reads_refused,
+            ),
+            (
+                "reads_batched_total",
+                "Reads served by another read's entry (data plane on).",
+                c.reads_batched,
             ),
             ("timeouts_total", "Requests timed out.", c.timeouts),
             ("busy_total", "Requests refused: queue full.", c.busy),

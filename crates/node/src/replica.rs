@@ -1192,8 +1192,9 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             let now = self.now();
-            self.requests
-                .on_applied(env.origin, env.req, env.client, env.seq, &outcome, now);
+            self.requests.on_applied(
+                e.index, env.origin, env.req, env.client, env.seq, &outcome, now,
+            );
         }
     }
 
@@ -1426,6 +1427,7 @@ impl<S: StateMachine> Replica<S> {
         self.counters.proposals = q.proposals;
         self.counters.forwarded = q.forwarded;
         self.counters.reads_refused = q.reads_refused;
+        self.counters.reads_batched = q.reads_batched;
         self.counters.answered = q.answered;
         self.counters.duplicates = q.duplicates;
         self.counters.timeouts = q.timeouts;

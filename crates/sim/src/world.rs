@@ -122,6 +122,8 @@ pub struct Stats {
     pub reads_served: u64,
     /// ReadIndex requests the leader (or a non-leader) refused, sent through the log instead.
     pub reads_refused: u64,
+    /// Reads served by another read's entry (data plane on), each checked like the others.
+    pub reads_batched: u64,
     /// Requests the replicas' hosts forwarded to the leader (transport or fast path).
     pub forwarded: u64,
     /// Requests that timed out at their replica (outcome unknown).
@@ -1258,6 +1260,7 @@ impl World {
     /// Counts what a host's requests did (at its crash, or the end of the run).
     fn add_request_stats(&mut self, q: &waverunner_host::requests::RequestStats) {
         self.stats.reads_refused += q.reads_refused;
+        self.stats.reads_batched += q.reads_batched;
         self.stats.forwarded += q.forwarded;
         self.stats.request_timeouts += q.timeouts;
     }
@@ -1922,7 +1925,7 @@ impl ReadyIo for SimIo<'_> {
             let at = Duration::from_micros(now);
             let done = Outcome::Applied(Vec::new());
             n.requests
-                .on_applied(env.origin, env.req, env.client, env.seq, &done, at);
+                .on_applied(e.index, env.origin, env.req, env.client, env.seq, &done, at);
             for eff in n.requests.take_effects() {
                 match eff {
                     Effect::Done {
