@@ -1388,6 +1388,7 @@ fn dataplane_table(
         "DP_REPLIES",
         "HOST_REPLIES",
         "RING_FULL",
+        "SHED",
         "HALTS",
     ]
     .map(String::from)];
@@ -1418,6 +1419,7 @@ fn dataplane_table(
             f.client_replies.to_string(),
             f.host_replies.to_string(),
             f.ring_full.to_string(),
+            f.shed.to_string(),
             f.halts.to_string(),
         ]);
     }

@@ -10,6 +10,9 @@
 //   in flight   inflight[cpu] is incremented (atomically) before `enabled` is read and
 //               decremented after the ring records are submitted: user space clears
 //               `enabled` and waits for the sum to reach 0 (disable).
+//   shedding    a leader refuses a client's request with a busy CLIENT_REPLY
+//               (XDP_TX) before anything else when fp_shed_inline says so: its
+//               uncommitted window or its ring is past the overload threshold.
 //   ring        one entry record and one commit record are reserved before the
 //               handler runs; no space = drop (ring_full) before it runs. Submitted
 //               without the kernel's wake-up; a reader that sleeps is woken by a
@@ -216,6 +219,53 @@ static __always_inline int wr_client_reply(struct xdp_md *ctx, __u64 c, __u64 co
 	return 1;
 }
 
+#define WR_BUSY_BODY_LEN 4 /* "busy" */
+
+/*
+ * Overload: the client request in the frame becomes a CLIENT_REPLY with status
+ * RETRY and body "busy" back to its sender (`dst`). `index` carries the
+ * request's envelope id (FP_ENV_OFF_REQ; 0 if it is not an envelope): a
+ * replica that forwarded the request routes it again. 0 or -1.
+ */
+static __always_inline int wr_busy(struct xdp_md *ctx, const struct fp_hdr *in,
+				   const struct wr_dst *dst, __u64 self_id, __u64 term,
+				   __u64 commit, struct fp_hdr *mp)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *p = data + WR_PAYLOAD_OFF;
+	__u64 req = 0;
+
+	if (in->len >= FP_ENV_PREFIX && (void *)(p + FP_ENV_OFF_REQ + 8) <= data_end &&
+	    p[0] == FP_ENV_TAG)
+		req = fp_ld64(p + FP_ENV_OFF_REQ);
+	__builtin_memset(mp, 0, sizeof(*mp));
+	mp->magic = FP_MAGIC;
+	mp->version = FP_VERSION;
+	mp->type = FP_CLIENT_REPLY;
+	mp->group_id = in->group_id;
+	mp->len = WR_REPLY_PREFIX + WR_BUSY_BODY_LEN;
+	mp->term = term;
+	mp->from = self_id;
+	mp->index = req;
+	mp->commit = commit;
+	mp->seq = in->seq;
+	if (wr_emit(ctx, mp, WR_REPLY_PREFIX + WR_BUSY_BODY_LEN, dst))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	p = data + WR_PAYLOAD_OFF;
+	if ((void *)(p + WR_REPLY_PREFIX + WR_BUSY_BODY_LEN) > data_end)
+		return -1;
+	p[0] = FP_STATUS_RETRY;
+	fp_st64(p + 1, self_id);
+	p[WR_REPLY_PREFIX + 0] = 'b';
+	p[WR_REPLY_PREFIX + 1] = 'u';
+	p[WR_REPLY_PREFIX + 2] = 's';
+	p[WR_REPLY_PREFIX + 3] = 'y';
+	return 0;
+}
+
 /*
  * Remembers the client of entry (index, term) (leader, a request from a
  * client); for a request the host pushed (`client` 0) only forgets the slot.
@@ -329,6 +379,20 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	    in->index > regs.last_index && in->index <= regs.last_index + reorder_window) {
 		cnt->punted++;
 		return wr_to_host(ctx);
+	}
+
+	/*
+	 * Overload: shed a client's request with a busy reply rather than take it and drop
+	 * appends and acks later (a full ring). Racy reads of the registers, as above.
+	 */
+	if (fp_shed_inline(&regs, in, from_self,
+			   bpf_ringbuf_query(&wr_ring, BPF_RB_AVAIL_DATA), WR_RING_BYTES)) {
+		cnt->shed++;
+		if (wr_busy(ctx, in, &dst, regs.self_id, regs.term, regs.commit_index, &sc->msg)) {
+			cnt->dropped++;
+			return XDP_DROP;
+		}
+		return XDP_TX;
 	}
 
 	/*

@@ -82,6 +82,7 @@ struct wr_counters {
 	__u64 ring_full;
 	__u64 halts;
 	__u64 malformed;
+	__u64 shed; /* client requests refused busy (overload, fp_shed_inline) */
 };
 
 struct {

@@ -87,6 +87,8 @@ pub struct Counters {
     pub halts: u64,
     /// Packets on the fast-path port that are not valid fast-path packets (given to the host).
     pub malformed: u64,
+    /// Client requests a leader refused with a busy reply (overload: `fp::shed`).
+    pub shed: u64,
 }
 
 /// Replication latency as the data plane measures it at the leader: from receipt of a client

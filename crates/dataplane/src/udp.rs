@@ -93,6 +93,7 @@ struct AtomicCounters {
     ring_full: AtomicU64,
     halts: AtomicU64,
     malformed: AtomicU64,
+    shed: AtomicU64,
 }
 
 impl AtomicCounters {
@@ -106,6 +107,7 @@ impl AtomicCounters {
             (&self.ring_full, d.ring_full),
             (&self.halts, d.halts),
             (&self.malformed, d.malformed),
+            (&self.shed, d.shed),
         ];
         for (a, v) in pairs {
             if v != 0 {
@@ -125,6 +127,7 @@ impl AtomicCounters {
             ring_full: l(&self.ring_full),
             halts: l(&self.halts),
             malformed: l(&self.malformed),
+            shed: l(&self.shed),
         }
     }
 }
@@ -822,6 +825,18 @@ impl Worker {
         // handler and the host when the ring is full.
         let may_record = matches!(hdr.kind, fp::CLIENT_REQUEST | fp::APPEND | fp::ACK);
         let ring_len = self.shared.ring.lock().expect("ring lock").len() + self.pending.len();
+        // Overload: a busy reply rather than a full ring later (the XDP program's rule).
+        if fp::shed(
+            &self.regs,
+            &hdr,
+            pushed,
+            ring_len as u64,
+            RING_CAPACITY as u64,
+        ) {
+            self.delta.shed += 1;
+            self.busy(src, &hdr, payload);
+            return;
+        }
         if may_record && ring_len + 2 > RING_CAPACITY {
             self.delta.ring_full += 1;
             return;
@@ -907,6 +922,29 @@ impl Worker {
         } else {
             self.delta.handled += 1;
         }
+    }
+
+    /// Refuses client request `hdr` (overload): a CLIENT_REPLY with status RETRY and body
+    /// "busy" to its sender, whose `index` is the request's envelope id (a replica that
+    /// forwarded it routes it again), as the XDP program's `wr_busy`.
+    fn busy(&mut self, to: SocketAddrV4, hdr: &fp::Header, payload: &[u8]) {
+        let req = fp::payload::EnvelopeRef::parse(payload, usize::MAX).map_or(0, |e| e.req);
+        let body =
+            fp::payload::reply_payload(fp::payload::STATUS_RETRY, self.regs.self_id, b"busy");
+        let reply = fp::Header {
+            kind: fp::CLIENT_REPLY,
+            group_id: hdr.group_id,
+            len: body.len() as u16,
+            term: self.regs.term,
+            from: self.regs.self_id,
+            index: req,
+            commit: self.regs.commit_index,
+            seq: hdr.seq,
+            ..fp::Header::new(0)
+        };
+        let b = self.out.next(to);
+        b.extend_from_slice(&reply.to_bytes());
+        b.extend_from_slice(&body);
     }
 
     /// Entries `(old_commit, c]` committed: their latencies; the reply to `c`'s client if it

@@ -439,7 +439,7 @@ impl XdpProgram {
 
     /// Counters summed over CPUs.
     pub fn counters(&self) -> Counters {
-        let mut c = [0u64; 8];
+        let mut c = [0u64; 9];
         if let Ok(Some(per_cpu)) = self
             .skel
             .maps
@@ -461,6 +461,7 @@ impl XdpProgram {
             ring_full: c[5],
             halts: c[6],
             malformed: c[7],
+            shed: c[8],
         }
     }
 

@@ -735,3 +735,59 @@ fn udp_full_ring_drops_before_the_handler() {
     n.ring.clear();
     n.drain_until("after the drain", |r| last_entry(r) == BASE + fits + 1);
 }
+
+#[test]
+fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
+    // Leader 1 of 3 whose window of uncommitted entries is full (nothing acks): a client's
+    // request gets a busy reply (status RETRY, its seq, its envelope's request id) and adds
+    // nothing to the ring; the host's own push and a heartbeat are still ordered.
+    let mut n = Node::open(1, None);
+    let mut r = regs(1, &[1, 2, 3], 1, 0);
+    r.last_index = BASE + fp::SHED_INFLIGHT;
+    r.last_term = TERM;
+    n.dp.enable(&r, &[]).unwrap();
+    let client = socket();
+    let payload = Envelope {
+        origin: 3,
+        req: 77,
+        client: 9,
+        seq: 4,
+        now_ms: 0,
+        command: b"SET a b".to_vec(),
+    }
+    .encode();
+    let h = Header {
+        kind: fp::CLIENT_REQUEST,
+        len: payload.len() as u16,
+        from: 9,
+        seq: 4,
+        ..Header::new(u64::from(GROUP))
+    };
+    let mut b = Vec::new();
+    h.encode(&payload, &mut b);
+    client.send_to(&b, n.addr()).unwrap();
+    let (_, reply) = recv(&client, WAIT).expect("a busy reply");
+    let (rh, p) = Header::decode(&reply).expect("a fast-path reply");
+    assert_eq!(rh.kind, fp::CLIENT_REPLY);
+    assert_eq!(
+        (rh.seq, rh.index, rh.from),
+        (4, 77, 1),
+        "seq, request id, leader"
+    );
+    assert_eq!(p[0], fp::payload::STATUS_RETRY);
+    assert_eq!(&p[1..9], &1u64.to_le_bytes(), "leader id");
+    assert_eq!(&p[9..], b"busy");
+    assert_eq!(n.dp.counters().shed, 1);
+    assert_eq!(
+        n.dp.registers().last_index,
+        BASE + fp::SHED_INFLIGHT,
+        "not ordered"
+    );
+    // The host's own push and a heartbeat are never shed.
+    n.dp.push(&request(0, 1, 0)).unwrap();
+    n.dp.push(&request(0, 2, fp::F_HEARTBEAT)).unwrap();
+    n.drain_until("the host's push and the heartbeat", |r| {
+        last_entry(r) == BASE + fp::SHED_INFLIGHT + 2
+    });
+    assert_eq!(n.dp.counters().shed, 1);
+}

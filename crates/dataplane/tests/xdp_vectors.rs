@@ -227,3 +227,141 @@ fn xdp_handler_vectors() {
     assert_eq!(prog.counters().ring_full, 0, "ring_full never");
     eprintln!("xdp_handler_vectors: {ran} cases through the XDP program");
 }
+
+/// A client request frame from the peer: an envelope from replica `origin` (request `req`).
+fn client_request(seq: u64, origin: u64, req: u64, flags: u16) -> Vec<u8> {
+    use waverunner_fastpath::{payload::Envelope, Header, CLIENT_REQUEST};
+    let payload = Envelope {
+        origin,
+        req,
+        client: 9,
+        seq,
+        now_ms: 0,
+        command: b"SET a b".to_vec(),
+    }
+    .encode();
+    let h = Header {
+        kind: CLIENT_REQUEST,
+        flags,
+        len: payload.len() as u16,
+        from: 9,
+        seq,
+        ..Header::new(1)
+    };
+    let mut b = Vec::new();
+    h.encode(&payload, &mut b);
+    frame_from_peer(&b)
+}
+
+/// A leader's registers (self 1, group 1, term 2) over `voters`, everything committed at 5.
+fn leader_regs(voters: &[u64]) -> Registers {
+    let mut r = Registers {
+        self_id: 1,
+        leader_id: 1,
+        group_id: 1,
+        term: 2,
+        last_index: 5,
+        last_term: 2,
+        commit_index: 5,
+        term_start_index: 5,
+        enabled: 1,
+        is_leader: 1,
+        ..Default::default()
+    };
+    r.set_voters(voters);
+    r
+}
+
+/// Checks a busy reply frame to the peer: status RETRY, body "busy", `seq` and `req` echoed.
+fn check_busy(run: &waverunner_dataplane::xdp::TestRun, seq: u64, req: u64, what: &str) {
+    use waverunner_fastpath::{payload::STATUS_RETRY, Header, CLIENT_REPLY};
+    assert_eq!(run.verdict, XDP_TX, "{what}: sent back");
+    let f = &run.frame;
+    assert_eq!(&f[0..6], &PEER_MAC, "{what}: to the sender's MAC");
+    assert_eq!(&f[30..34], &PEER_IP.octets(), "{what}: to the sender");
+    assert!(ipv4_checksum_ok(f), "{what}: IPv4 checksum");
+    let (h, p) = Header::decode(&f[42..]).expect("a fast-path reply");
+    assert_eq!(h.kind, CLIENT_REPLY, "{what}");
+    assert_eq!(
+        (h.seq, h.index, h.from),
+        (seq, req, 1),
+        "{what}: seq, request id, leader"
+    );
+    assert_eq!(p[0], STATUS_RETRY, "{what}: status");
+    assert_eq!(&p[1..9], &1u64.to_le_bytes(), "{what}: leader id");
+    assert_eq!(&p[9..], b"busy", "{what}: body");
+}
+
+#[test]
+fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
+    if !root_or_skip("xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring") {
+        return;
+    }
+    use waverunner_fastpath::{F_HEARTBEAT, SHED_INFLIGHT};
+    let prog = load(b"");
+    let mut records = Vec::new();
+
+    // The window: entries ordered and not committed reach SHED_INFLIGHT (nothing acks).
+    let mut r = leader_regs(&[1, 2, 3]);
+    r.last_index = r.commit_index + SHED_INFLIGHT;
+    prog.write_registers(&r);
+    let run = prog.test_run(&client_request(4, 3, 77, 0)).expect("run");
+    check_busy(&run, 4, 77, "window full");
+    assert_eq!(prog.counters().shed, 1);
+    assert_eq!(
+        prog.read_registers().last_index,
+        r.last_index,
+        "not ordered"
+    );
+    // A heartbeat is never shed: ordered.
+    let run = prog
+        .test_run(&client_request(5, 0, 0, F_HEARTBEAT))
+        .expect("run");
+    assert_eq!(run.verdict, XDP_TX, "the heartbeat's append");
+    assert_eq!(prog.read_registers().last_index, r.last_index + 1);
+    assert_eq!(prog.counters().shed, 1);
+    prog.drain(&mut records);
+
+    // The ring: one voter commits at once; with nothing drained, requests are ordered until
+    // the ring holds more than a quarter of its bytes unread, then shed.
+    records.clear();
+    prog.write_registers(&leader_regs(&[1]));
+    let mut ordered = 0u64;
+    let mut seq = 10;
+    loop {
+        seq += 1;
+        let run = prog.test_run(&client_request(seq, 0, 0, 0)).expect("run");
+        if prog.counters().shed == 2 {
+            check_busy(&run, seq, 0, "ring a quarter full");
+            break;
+        }
+        ordered += 1;
+        assert!(ordered < 5_000, "never shed");
+    }
+    assert_eq!(
+        prog.counters().ring_full,
+        0,
+        "shed long before the ring is full"
+    );
+    prog.drain(&mut records);
+    let entries = records
+        .iter()
+        .filter(|r| matches!(r, RingRecord::Entry(_)))
+        .count() as u64;
+    assert_eq!(
+        entries, ordered,
+        "every request before the shed one was ordered"
+    );
+    // 8 MiB ring, 1456 + 64 bytes a request: shed past 2 MiB.
+    assert!(
+        (1_300..1_450).contains(&ordered),
+        "{ordered} ordered before the shed"
+    );
+    // Drained: ordered again.
+    let run = prog
+        .test_run(&client_request(seq + 1, 0, 0, 0))
+        .expect("run");
+    assert_ne!(run.verdict, XDP_DROP);
+    assert_eq!(prog.counters().shed, 2);
+    eprintln!("xdp shedding: {ordered} requests ordered before the ring passed a quarter");
+}

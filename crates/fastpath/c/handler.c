@@ -14,6 +14,12 @@ int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 	return fp_handle_inline(r, in, out);
 }
 
+int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
+	    __u64 ring_used, __u64 ring_size)
+{
+	return fp_shed_inline(r, in, from_self, ring_used, ring_size);
+}
+
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out)
 {
 	return fp_parse(buf, len, out);

@@ -306,9 +306,38 @@ static __always_inline int fp_handle_inline(struct fp_registers *r,
 	return 0;
 }
 
+/*
+ * Overload (docs/dataplane.md "Shedding"): whether a leader refuses this input
+ * before the handler runs, with a busy reply (the client may retry; a replica
+ * that forwarded it routes it again). A client request that is not the host's
+ * own push (`from_self`: bounded by the host's admission) nor a heartbeat is
+ * shed once the entries ordered but not committed reach FP_SHED_INFLIGHT, or
+ * the log ring holds more than 1/FP_SHED_RING_SHARE of its `ring_size` unread
+ * (`ring_used`, in the caller's unit): taking it would end in a full ring,
+ * dropped appends and acks, then a hand-off. Reads the registers only; a racy
+ * view sheds one request more or less.
+ */
+#define FP_SHED_INFLIGHT 1024
+#define FP_SHED_RING_SHARE 4
+
+static __always_inline int fp_shed_inline(const struct fp_registers *r,
+					  const struct fp_hdr *in, int from_self,
+					  __u64 ring_used, __u64 ring_size)
+{
+	if (in->type != FP_CLIENT_REQUEST || from_self || !r->enabled ||
+	    !r->is_leader || (in->flags & FP_F_HEARTBEAT))
+		return 0;
+	if (r->last_index >= r->commit_index &&
+	    r->last_index - r->commit_index >= FP_SHED_INFLIGHT)
+		return 1;
+	return ring_used > ring_size / FP_SHED_RING_SHARE;
+}
+
 /* Out-of-line entry points (handler.c) for user space: the Rust FFI. */
 int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 	      struct fp_out *out);
+int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
+	    __u64 ring_used, __u64 ring_size);
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
 int fp_write_ffi(const struct fp_hdr *h, void *buf);
 

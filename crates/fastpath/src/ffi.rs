@@ -7,6 +7,13 @@ use crate::wire::{Header, WireError, HDR_LEN};
 
 extern "C" {
     pub(crate) fn fp_handle(r: *mut Registers, input: *const Header, out: *mut Output) -> i32;
+    pub(crate) fn fp_shed(
+        r: *const Registers,
+        input: *const Header,
+        from_self: i32,
+        ring_used: u64,
+        ring_size: u64,
+    ) -> i32;
     fn fp_parse_ffi(buf: *const u8, len: u32, out: *mut Header) -> i32;
     fn fp_write_ffi(h: *const Header, buf: *mut u8) -> i32;
     #[cfg(test)]

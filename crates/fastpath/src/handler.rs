@@ -243,9 +243,81 @@ pub fn handle(regs: &mut Registers, hdr: &Header) -> Output {
     out
 }
 
+/// Entries ordered but not committed at which a leader sheds clients' requests
+/// (`FP_SHED_INFLIGHT`).
+pub const SHED_INFLIGHT: u64 = 1024;
+/// A leader sheds clients' requests once its ring is more than 1/this full
+/// (`FP_SHED_RING_SHARE`).
+pub const SHED_RING_SHARE: u64 = 4;
+
+/// Whether a leader refuses `hdr` with a busy reply before the handler runs (overload): the C
+/// `fp_shed`, the rule the XDP program applies. `from_self`: the host pushed it;
+/// `ring_used`/`ring_size`: the log ring's unread share, in any one unit.
+pub fn shed(
+    regs: &Registers,
+    hdr: &Header,
+    from_self: bool,
+    ring_used: u64,
+    ring_size: u64,
+) -> bool {
+    // SAFETY: both pointers come from live `#[repr(C)]` mirrors checked against the C
+    // structs; `fp_shed` only reads them and keeps no pointer.
+    unsafe { crate::ffi::fp_shed(regs, hdr, i32::from(from_self), ring_used, ring_size) != 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leader_sheds_clients_requests_past_its_window_or_a_quarter_ring() {
+        use crate::wire::{Header, APPEND, CLIENT_REQUEST, F_HEARTBEAT};
+        let regs = Registers {
+            enabled: 1,
+            is_leader: 1,
+            last_index: 100 + SHED_INFLIGHT - 1,
+            commit_index: 100,
+            ..Registers::default()
+        };
+        let req = Header {
+            kind: CLIENT_REQUEST,
+            ..Header::new(1)
+        };
+        assert!(
+            !shed(&regs, &req, false, 0, 4096),
+            "one short of the window"
+        );
+        let full = Registers {
+            last_index: 100 + SHED_INFLIGHT,
+            ..regs
+        };
+        assert!(shed(&full, &req, false, 0, 4096), "the window reached");
+        assert!(
+            !shed(&regs, &req, false, 1024, 4096),
+            "a quarter of the ring"
+        );
+        assert!(shed(&regs, &req, false, 1025, 4096), "past a quarter");
+        assert_eq!(4096 / SHED_RING_SHARE, 1024);
+        // Never: the host's own pushes, heartbeats, other types, followers, disabled.
+        assert!(!shed(&full, &req, true, 4096, 4096));
+        let hb = Header {
+            flags: F_HEARTBEAT,
+            ..req
+        };
+        assert!(!shed(&full, &hb, false, 4096, 4096));
+        let app = Header {
+            kind: APPEND,
+            ..req
+        };
+        assert!(!shed(&full, &app, false, 4096, 4096));
+        let follower = Registers {
+            is_leader: 0,
+            ..full
+        };
+        assert!(!shed(&follower, &req, false, 4096, 4096));
+        let off = Registers { enabled: 0, ..full };
+        assert!(!shed(&off, &req, false, 4096, 4096));
+    }
 
     #[test]
     fn actions_debug_prints_names() {

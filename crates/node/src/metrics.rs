@@ -280,6 +280,9 @@ pub struct FastPathStatus {
     pub client_replies: u64,
     /// Packets dropped because the log ring was full.
     pub ring_full: u64,
+    /// Client requests the leader's data plane refused busy (overload).
+    #[serde(default)]
+    pub shed: u64,
     /// Times the handler halted.
     pub halts: u64,
     /// Malformed packets on the fast-path port.
@@ -480,6 +483,11 @@ impl Status {
                 "dataplane_ring_full_total",
                 "Packets dropped: log ring full.",
                 f.ring_full,
+            ),
+            (
+                "dataplane_shed_total",
+                "Client requests refused busy by the data plane (overload).",
+                f.shed,
             ),
             ("dataplane_halts_total", "Handler halts.", f.halts),
             (

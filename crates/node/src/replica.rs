@@ -1634,6 +1634,7 @@ impl<S: StateMachine> Replica<S> {
             f.retx_requests = c.retx_requests;
             f.client_replies = c.client_replies;
             f.ring_full = c.ring_full;
+            f.shed = c.shed;
             f.halts = c.halts;
             f.malformed = c.malformed;
             f.last_index = r.last_index;
