@@ -1,7 +1,10 @@
 //! Admin HTTP: `GET /metrics` (Prometheus text), `GET /status` (JSON), and the membership
-//! commands `POST /membership` and `POST /transfer-leader` (JSON in, JSON out). A minimal
-//! HTTP/1.0 server: one short-lived connection per request, bounded request size and
-//! connections ([`MAX_CONNECTIONS`]), no keep-alive.
+//! commands `POST /membership` and `POST /transfer-leader` (JSON in, JSON out). HTTP/1.0
+//! answers, one short-lived connection per request, bounded request size and connections
+//! ([`MAX_CONNECTIONS`], a 503 past it), no keep-alive. Requests (and, in the client
+//! functions, answers) are parsed by `httparse`; the accept loop and its bound are ours:
+//! `tiny_http` grows a thread per waiting connection without a bound, and hyper needs an async
+//! runtime for three endpoints.
 //!
 //! ```text
 //! POST /membership       {"op":"add_learner","id":4,"raft":"10.0.0.4:7000","client":"10.0.0.4:7100"}
@@ -207,37 +210,95 @@ fn one(s: TcpStream, handle: &Handle) -> std::io::Result<()> {
     r
 }
 
-fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+/// A request as the admin server reads it.
+struct Request {
+    method: String,
+    path: String,
+    /// `Content-Length`, if given.
+    length: Option<usize>,
+    body: Vec<u8>,
+}
+
+/// Reads one request: its head parsed by `httparse` (bounded by [`MAX_REQUEST`]), then a
+/// body of `Content-Length` bytes (at most [`MAX_BODY`]). `Err((status, why))` for a request
+/// that is refused unread.
+fn read_request(s: &mut TcpStream) -> std::io::Result<Result<Request, (&'static str, String)>> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 1024];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break Some(i + 4);
+    let (method, path, length, head_len) = loop {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(head_len)) => {
+                let mut length = None;
+                for h in req.headers.iter() {
+                    if h.name.eq_ignore_ascii_case("content-length") {
+                        let v = std::str::from_utf8(h.value).ok().map(str::trim);
+                        match v.and_then(|v| v.parse::<usize>().ok()) {
+                            Some(n) => length = Some(n),
+                            None => {
+                                return Ok(Err((
+                                    "400 Bad Request",
+                                    "Content-Length is not a number\n".into(),
+                                )))
+                            }
+                        }
+                    } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                        return Ok(Err((
+                            "411 Length Required",
+                            "no chunked bodies: send Content-Length\n".into(),
+                        )));
+                    }
+                }
+                let method = req.method.unwrap_or("").to_string();
+                let path = req.path.unwrap_or("").to_string();
+                break (method, path, length, head_len);
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(e) => return Ok(Err(("400 Bad Request", format!("bad request: {e}\n")))),
         }
-        if let Some(i) = buf.windows(2).position(|w| w == b"\n\n") {
-            break Some(i + 2);
+        if buf.len() > MAX_REQUEST {
+            return Ok(Err(("413 Payload Too Large", "request too large\n".into())));
         }
         let n = s.read(&mut tmp)?;
         if n == 0 {
-            break None;
+            return Ok(Err(("400 Bad Request", "incomplete request\n".into())));
         }
         buf.extend_from_slice(&tmp[..n]);
-        if buf.len() > MAX_REQUEST {
+    };
+    let mut body = buf[head_len..].to_vec();
+    if let Some(length) = length {
+        if length > MAX_BODY {
+            return Ok(Err(("413 Payload Too Large", "body too large\n".into())));
+        }
+        while body.len() < length {
+            let n = s.read(&mut tmp)?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&tmp[..n]);
+        }
+        body.truncate(length);
+    }
+    Ok(Ok(Request {
+        method,
+        path,
+        length,
+        body,
+    }))
+}
+
+fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let req = match read_request(&mut s)? {
+        Ok(r) => r,
+        Err((code, why)) => {
             *bad = true;
-            return respond(
-                &mut s,
-                "413 Payload Too Large",
-                "text/plain",
-                "request too large\n",
-            );
+            return respond(&mut s, code, "text/plain", &why);
         }
     };
-    let head_end = head_end.unwrap_or(buf.len());
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut parts = head.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (method, path) = (req.method.as_str(), req.path.as_str());
     if method != "GET" && method != "POST" {
         *bad = true;
         return respond(
@@ -263,12 +324,7 @@ fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Resu
             respond(&mut s, "200 OK", "application/json", &body)
         }
         ("POST", "/membership" | "/transfer-leader") => {
-            let length = head
-                .lines()
-                .filter_map(|l| l.split_once(':'))
-                .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, v)| v.trim().parse::<usize>().ok());
-            let Some(length) = length else {
+            if req.length.is_none() {
                 *bad = true;
                 return respond(
                     &mut s,
@@ -276,31 +332,14 @@ fn serve_one(mut s: TcpStream, handle: &Handle, bad: &mut bool) -> std::io::Resu
                     "text/plain",
                     "a POST needs Content-Length\n",
                 );
-            };
-            if length > MAX_BODY {
-                *bad = true;
-                return respond(
-                    &mut s,
-                    "413 Payload Too Large",
-                    "text/plain",
-                    "body too large\n",
-                );
             }
-            let mut body = buf[head_end..].to_vec();
-            while body.len() < length {
-                let n = s.read(&mut tmp)?;
-                if n == 0 {
-                    break;
-                }
-                body.extend_from_slice(&tmp[..n]);
-            }
-            body.truncate(length);
+            let body = &req.body;
             let cmd = if path == "/membership" {
-                serde_json::from_slice::<MembershipRequest>(&body)
+                serde_json::from_slice::<MembershipRequest>(body)
                     .map_err(|e| format!("body is not a membership request: {e}"))
                     .and_then(|r| membership_cmd(&r))
             } else {
-                serde_json::from_slice::<TransferRequest>(&body)
+                serde_json::from_slice::<TransferRequest>(body)
                     .map_err(|e| format!("body is not a transfer request: {e}"))
                     .and_then(|r| {
                         if r.id == 0 {
@@ -375,20 +414,53 @@ fn respond(s: &mut TcpStream, code: &str, ctype: &str, body: &str) -> std::io::R
     s.write_all(body.as_bytes())
 }
 
-/// Fetches `path` from an admin server (for `waverunner status` and tests).
-pub fn get(addr: std::net::SocketAddr, path: &str, timeout: Duration) -> std::io::Result<String> {
+/// Sends `request` to an admin server and reads its answer: the status code and the body
+/// (the head parsed by `httparse`; the body up to `Content-Length`, or to the close).
+fn exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    match out.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.0 200") => Ok(body.to_string()),
-        Some((head, _)) => Err(std::io::Error::other(format!(
-            "admin server answered {}",
-            head.lines().next().unwrap_or("")
+    s.write_all(request)?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut headers);
+    let head_len = match resp.parse(&out) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return Err(std::io::Error::other("truncated admin reply"))
+        }
+        Err(e) => return Err(std::io::Error::other(format!("malformed admin reply: {e}"))),
+    };
+    let code = resp.code.unwrap_or(0);
+    let length = resp
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| {
+            std::str::from_utf8(h.value)
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        });
+    let mut body = &out[head_len..];
+    if let Some(n) = length {
+        if body.len() < n {
+            return Err(std::io::Error::other("truncated admin reply body"));
+        }
+        body = &body[..n];
+    }
+    Ok((code, String::from_utf8_lossy(body).into_owned()))
+}
+
+/// Fetches `path` from an admin server (for `waverunner status` and tests).
+pub fn get(addr: std::net::SocketAddr, path: &str, timeout: Duration) -> std::io::Result<String> {
+    let req = format!("GET {path} HTTP/1.0\r\n\r\n");
+    match exchange(addr, req.as_bytes(), timeout)? {
+        (200, body) => Ok(body),
+        (code, _) => Err(std::io::Error::other(format!(
+            "admin server answered {code}"
         ))),
-        None => Err(std::io::Error::other("malformed admin reply")),
     }
 }
 
@@ -400,26 +472,11 @@ pub fn post(
     body: &str,
     timeout: Duration,
 ) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.write_all(
-        format!(
-            "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let (head, rest) = out
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("malformed admin reply"))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other("malformed admin status line"))?;
-    Ok((code, rest.to_string()))
+    let req = format!(
+        "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    exchange(addr, req.as_bytes(), timeout)
 }
 
 /// Asks the admin server at `addr` for a membership change and decodes its answer (a refused
