@@ -653,9 +653,21 @@ fn native_client_through_every_replica() {
         }
     }
     assert_eq!(clients[0].incr(b"native-ctr", -expect).expect("incr"), 0);
-    // A client that knows every replica finds the leader.
-    let mut all = c.client();
+    // A client that knows every replica finds the leader, whichever it asks first, and stays
+    // there.
+    let leader = c.status(ids[0]).leader;
+    let mut order: Vec<u64> = ids.iter().copied().filter(|&i| i != leader).collect();
+    order.push(leader);
+    let mut all = c.client_of(&order);
     all.set(b"native-all", b"x").expect("set");
+    for _ in 0..ids.len() {
+        all.get(b"native-all").expect("get");
+    }
+    assert_eq!(
+        all.target(),
+        c.client_addr(leader),
+        "the client stays on a follower"
+    );
     assert_eq!(all.get(b"native-all").expect("get"), Some(b"x".to_vec()));
     // The value a native write stored is what Redis and memcached clients read.
     on(c.redis_addr(2), &["GET", "native-all"], "\"x\"");

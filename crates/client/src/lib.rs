@@ -185,6 +185,12 @@ impl Client {
                 if let Some(i) = self.nodes.iter().position(|a| *a == addr) {
                     self.target = i;
                 }
+            } else if r.leader != 0 && r.leader != r.from {
+                // A follower answered and the leader's address is not known yet (ids are
+                // learned from replies): the next request tries the next replica, so the
+                // client finds the leader within one round instead of staying on a follower
+                // (whose every request costs a forward).
+                self.target = (self.target + 1) % self.nodes.len();
             }
             match r.status {
                 proto::STATUS_OK => return r.body.map_err(Error::Rejected),
