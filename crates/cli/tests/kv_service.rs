@@ -672,3 +672,70 @@ fn native_client_through_every_replica() {
     // The value a native write stored is what Redis and memcached clients read.
     on(c.redis_addr(2), &["GET", "native-all"], "\"x\"");
 }
+
+/// redis-py 8 with its default settings (it opens with `HELLO 3` and parses RESP3) on the
+/// leader and on a follower, and the same with `protocol=2`: strings, nulls, maps, INFO, the
+/// connection's name, a pipeline.
+#[test]
+fn redis_py_8_default_settings_resp3_and_resp2() {
+    let c = cluster3(Opts::default());
+    let leader = c.status(c.ids()[0]).leader;
+    let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    let (py, path) = python_with_redis_py_8();
+    for (id, proto) in [(leader, 3), (follower, 3), (leader, 2), (follower, 2)] {
+        let addr = c.redis_addr(id);
+        let kwargs = if proto == 2 { ", protocol=2" } else { "" };
+        let script = format!(
+            r#"
+import redis
+assert redis.__version__.startswith("8."), redis.__version__
+r = redis.Redis(host="{ip}", port={port}, socket_timeout=10{kwargs})
+assert r.ping() is True
+k = "py8:{id}:{proto}"
+assert r.set(k, "v") is True
+assert r.get(k) == b"v"
+assert r.get(k + ":missing") is None
+assert r.mget([k, k + ":missing"]) == [b"v", None]
+assert r.set(k, "w", nx=True) is None
+assert r.set(k, "w", xx=True, get=True) == b"v"
+assert r.incr(k + ":n") == 1
+assert r.expire(k, 100) is True
+assert 0 < r.ttl(k) <= 100
+s = lambda x: x.decode() if isinstance(x, bytes) else x
+cg = r.config_get("databases")
+assert {{s(a): s(b) for a, b in cg.items()}} == {{"databases": "1"}}, cg
+info = r.info()
+assert info["redis_version"] == "7.0.0", info
+assert r.client_setname("app") is True
+assert s(r.client_getname()) == "app"
+assert r.client_id() > 0
+p = r.pipeline(transaction=False)
+p.set(k + ":p", "1").incr(k + ":p").get(k + ":p")
+assert p.execute() == [True, 2, b"2"]
+c = r.connection_pool.get_connection()
+c.send_command("HELLO")
+hello = c.read_response()
+r.connection_pool.release(c)
+got = hello[b"proto"] if isinstance(hello, dict) else dict(zip(hello[::2], hello[1::2]))[b"proto"]
+assert got == {proto}, hello
+print("ok")
+"#,
+            ip = addr.ip(),
+            port = addr.port(),
+        );
+        let o = run_with_timeout(
+            Command::new(&py)
+                .env("PYTHONPATH", &path)
+                .arg("-c")
+                .arg(&script),
+            None,
+            Duration::from_secs(60),
+        );
+        assert!(
+            o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ok"),
+            "redis-py 8 (protocol {proto}) at node {id}: {} {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

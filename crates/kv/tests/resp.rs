@@ -1,8 +1,9 @@
 //! The Redis front-end: parser, command translation and rendering, checked byte for byte.
 
 use waverunner_kv::resp::{
-    command, decode_cursor, encode_cursor, parse_command, render, render_info, Action, ClientCmd,
-    Limits, ProtocolError, Render, Session,
+    command, command_proto, decode_cursor, encode_cursor, parse_command, render, render_info,
+    render_info_proto, render_proto, Action, ClientCmd, Limits, Proto, ProtocolError, Render,
+    Session,
 };
 use waverunner_kv::store::ERR_TOO_LARGE;
 use waverunner_kv::{Cond, Expiry, Item, Op, Response};
@@ -997,21 +998,36 @@ fn session_answers_client_commands() {
 fn hello() {
     assert_eq!(
         command(&args("HELLO")),
-        Action::Client(ClientCmd::Hello { setname: None })
+        Action::Client(ClientCmd::Hello {
+            proto: None,
+            setname: None
+        })
     );
     assert_eq!(
         command(&args("HELLO 2 SETNAME app")),
         Action::Client(ClientCmd::Hello {
+            proto: Some(Proto::Resp2),
             setname: Some(k("app"))
         })
     );
     assert_eq!(
-        reply("HELLO 3"),
-        "-NOPROTO unsupported protocol version\r\n"
+        command(&args("HELLO 3")),
+        Action::Client(ClientCmd::Hello {
+            proto: Some(Proto::Resp3),
+            setname: None
+        })
     );
     assert_eq!(
         reply("HELLO 1"),
         "-NOPROTO unsupported protocol version\r\n"
+    );
+    assert_eq!(
+        reply("HELLO 4"),
+        "-NOPROTO unsupported protocol version\r\n"
+    );
+    assert_eq!(
+        reply("HELLO 3 FOO"),
+        "-ERR Syntax error in HELLO option 'FOO'\r\n"
     );
     assert_eq!(
         reply("HELLO x"),
@@ -1032,6 +1048,7 @@ fn hello() {
     let mut s = Session::new(3, String::new(), String::new());
     assert_eq!(
         show(&s.client(&ClientCmd::Hello {
+            proto: None,
             setname: Some(k("n"))
         })),
         "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n\
@@ -1039,6 +1056,79 @@ fn hello() {
          $4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"
     );
     assert_eq!(s.name, k("n"));
+}
+
+#[test]
+fn resp3_after_hello_3_as_redis_7_answers() {
+    let mut s = Session::new(5, "10.0.0.1:5000".into(), "10.0.0.2:6379".into());
+    // HELLO 3 switches, then answers in RESP3: a map of 7.
+    assert_eq!(
+        show(&s.client(&ClientCmd::Hello {
+            proto: Some(Proto::Resp3),
+            setname: None
+        })),
+        "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n\
+         $5\r\nproto\r\n:3\r\n$2\r\nid\r\n:5\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n\
+         $4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"
+    );
+    assert_eq!(s.proto, Proto::Resp3);
+    // A bare HELLO keeps the protocol.
+    assert!(show(&s.client(&ClientCmd::Hello {
+        proto: None,
+        setname: None
+    }))
+    .starts_with("%7\r\n"));
+    assert_eq!(s.client(&ClientCmd::GetName), b"_\r\n", "no name: null");
+    let info = "txt:id=5 addr=10.0.0.1:5000 laddr=10.0.0.2:6379 name= db=0 flags=N cmd=client|info user=default resp=3\n";
+    assert_eq!(
+        show(&s.client(&ClientCmd::Info)),
+        format!("={}\r\n{info}\r\n", info.len()),
+        "CLIENT INFO: a verbatim string"
+    );
+    // Store replies: nulls instead of nil bulks, also inside arrays.
+    let none = Response::Items(vec![None]);
+    assert_eq!(render_proto(&Render::Bulk, &none, Proto::Resp3), b"_\r\n");
+    assert_eq!(render_proto(&Render::Bulk, &none, Proto::Resp2), b"$-1\r\n");
+    let item = Item {
+        value: k("v"),
+        flags: 0,
+        cas: 1,
+    };
+    let two = Response::Items(vec![Some(item), None]);
+    assert_eq!(
+        show(&render_proto(&Render::Bulks, &two, Proto::Resp3)),
+        "*2\r\n$1\r\nv\r\n_\r\n"
+    );
+    assert_eq!(
+        render_proto(&Render::Set, &Response::NotStored, Proto::Resp3),
+        b"_\r\n"
+    );
+    assert_eq!(
+        render_proto(&Render::Int, &Response::Int(3), Proto::Resp3),
+        b":3\r\n"
+    );
+    // Replies made without the store: maps and nulls.
+    let r3 = |line: &str| match command_proto(&args(line), Proto::Resp3) {
+        Action::Reply(r) => show(&r),
+        other => panic!("{line}: {other:?}"),
+    };
+    assert_eq!(
+        r3("CONFIG GET databases"),
+        "%1\r\n$9\r\ndatabases\r\n$1\r\n1\r\n"
+    );
+    assert_eq!(
+        reply("CONFIG GET databases"),
+        "*2\r\n$9\r\ndatabases\r\n$1\r\n1\r\n"
+    );
+    assert_eq!(r3("COMMAND DOCS"), "%0\r\n");
+    assert_eq!(r3("COMMAND INFO nope"), "*1\r\n_\r\n");
+    assert_eq!(reply("COMMAND INFO nope"), "*1\r\n*-1\r\n");
+    // INFO: a verbatim string of format txt.
+    let body = "# Server\r\nredis_version:7.0.0\r\na:b\r\n";
+    assert_eq!(
+        show(&render_info_proto(&[("a", "b".into())], Proto::Resp3)),
+        format!("={}\r\ntxt:{body}\r\n", body.len() + 4)
+    );
 }
 
 #[test]

@@ -827,6 +827,26 @@ pub fn python_with_redis() -> PathBuf {
     python_with("redis", "python3-redis")
 }
 
+/// The Debian python3 and a `PYTHONPATH` under which `import redis` is redis-py 8 (installed
+/// by scripts/install-deps.sh into `target/py/redis-py-8.*`: Debian's redis-py predates RESP3).
+pub fn python_with_redis_py_8() -> (PathBuf, PathBuf) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/py");
+    let found = std::fs::read_dir(&dir).ok().and_then(|d| {
+        d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("redis-py-8."))
+                && p.join("redis/__init__.py").is_file()
+        })
+    });
+    match found {
+        Some(p) => (PathBuf::from("/usr/bin/python3"), p),
+        None => panic!(
+            "redis-py 8 is not installed under {}: run scripts/install-deps.sh",
+            dir.display()
+        ),
+    }
+}
+
 /// A python3 that can import prometheus_client (the reference OpenMetrics parser).
 pub fn python_with_prometheus_client() -> PathBuf {
     python_with("prometheus_client", "python3-prometheus-client")

@@ -63,8 +63,11 @@ pub enum ClientCmd {
     Id,
     /// `CLIENT INFO`.
     Info,
-    /// `HELLO [2 [SETNAME name]]`: the server description (RESP2 only).
+    /// `HELLO [2|3 [SETNAME name]]`: switch protocol (if given), then the server
+    /// description in it.
     Hello {
+        /// The protocol asked for (`None`: keep the connection's).
+        proto: Option<Proto>,
         /// The validated `SETNAME` option.
         setname: Option<Bytes>,
     },
@@ -81,6 +84,8 @@ pub struct Session {
     pub addr: String,
     /// The local address of the connection, `ip:port` (for `CLIENT INFO`).
     pub laddr: String,
+    /// The protocol the connection speaks (`HELLO 2|3`).
+    pub proto: Proto,
 }
 
 impl Session {
@@ -91,6 +96,7 @@ impl Session {
             name: Vec::new(),
             addr,
             laddr,
+            proto: Proto::Resp2,
         }
     }
 
@@ -104,7 +110,7 @@ impl Session {
             }
             ClientCmd::GetName => {
                 if self.name.is_empty() {
-                    out.extend_from_slice(NIL);
+                    nil(&mut out, self.proto);
                 } else {
                     bulk(&mut out, &self.name);
                 }
@@ -119,20 +125,29 @@ impl Session {
                 )
                 .into_bytes();
                 line.extend_from_slice(&self.name);
-                line.extend_from_slice(b" db=0 flags=N cmd=client|info user=default resp=2\n");
-                bulk(&mut out, &line);
+                line.extend_from_slice(
+                    format!(
+                        " db=0 flags=N cmd=client|info user=default resp={}\n",
+                        self.proto.version()
+                    )
+                    .as_bytes(),
+                );
+                verbatim(&mut out, &line, self.proto);
             }
-            ClientCmd::Hello { setname } => {
+            ClientCmd::Hello { proto, setname } => {
+                if let Some(p) = proto {
+                    self.proto = *p;
+                }
                 if let Some(name) = setname {
                     self.name = name.clone();
                 }
-                array(&mut out, 14);
+                map(&mut out, 7, self.proto);
                 for (k, v) in [("server", "redis"), ("version", REDIS_VERSION)] {
                     bulk(&mut out, k.as_bytes());
                     bulk(&mut out, v.as_bytes());
                 }
                 bulk(&mut out, b"proto");
-                int(&mut out, 2);
+                int(&mut out, self.proto.version());
                 bulk(&mut out, b"id");
                 int(&mut out, i64::try_from(self.id).unwrap_or(i64::MAX));
                 for (k, v) in [("mode", "standalone"), ("role", "master")] {
@@ -239,9 +254,15 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
 /// `PEXPIRE`, `EXPIREAT`, `PEXPIREAT` (without the `NX|XX|GT|LT` options), `TTL`, `PTTL`,
 /// `PERSIST`, `DBSIZE`, `FLUSHALL`/`FLUSHDB [ASYNC|SYNC]`, `KEYS`, `SCAN cursor [MATCH p]
 /// [COUNT n] [TYPE t]`, `INFO [section…]`, `COMMAND [COUNT|DOCS|INFO|LIST]`, `CLIENT
-/// SETNAME|GETNAME|ID|INFO|SETINFO`, `SELECT 0`, `HELLO [2 [SETNAME name]]`,
+/// SETNAME|GETNAME|ID|INFO|SETINFO`, `SELECT 0`, `HELLO [2|3 [SETNAME name]]`,
 /// `CONFIG GET pattern…`, `QUIT`.
 pub fn command(args: &[Vec<u8>]) -> Action {
+    command_proto(args, Proto::Resp2)
+}
+
+/// [`command`] for a connection speaking `proto`: the replies made without the store are in
+/// it (a store reply is rendered with [`render_proto`]).
+pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
     let Some(name) = args.first() else {
         return Action::Reply(Vec::new());
     };
@@ -269,7 +290,7 @@ pub fn command(args: &[Vec<u8>]) -> Action {
         },
         "hello" => hello(args),
         "command" if args.len() == 1 => Action::Reply(b"*0\r\n".to_vec()),
-        "client" | "command" | "config" => container(cmd, args),
+        "client" | "command" | "config" => container(cmd, args, proto),
         "get" => Action::Store(Op::Get { keys: vec![key()] }, Render::Bulk),
         "set" => set(args),
         "setnx" => Action::Store(
@@ -440,7 +461,7 @@ fn c_str(s: &[u8], max: usize) -> &[u8] {
     }
 }
 
-fn container(cmd: &str, args: &[Vec<u8>]) -> Action {
+fn container(cmd: &str, args: &[Vec<u8>], proto: Proto) -> Action {
     let sub = args[1].to_ascii_lowercase();
     let Some(&(_, sub, arity)) = SUBCOMMANDS
         .iter()
@@ -487,13 +508,17 @@ fn container(cmd: &str, args: &[Vec<u8>]) -> Action {
             int(&mut out, COMMANDS.len() as i64);
             Action::Reply(out)
         }
-        ("command", "docs") => Action::Reply(b"*0\r\n".to_vec()),
+        ("command", "docs") => {
+            let mut out = Vec::new();
+            map(&mut out, 0, proto);
+            Action::Reply(out)
+        }
         ("command", "info") => {
             // One nil per name asked: "no such command" as far as clients care.
             let mut out = Vec::new();
             array(&mut out, args.len() - 2);
             for _ in 2..args.len() {
-                out.extend_from_slice(b"*-1\r\n");
+                nil_array(&mut out, proto);
             }
             Action::Reply(out)
         }
@@ -512,7 +537,7 @@ fn container(cmd: &str, args: &[Vec<u8>]) -> Action {
                 .filter(|(name, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
                 .collect();
             let mut out = Vec::new();
-            array(&mut out, found.len() * 2);
+            map(&mut out, found.len(), proto);
             for (name, value) in found {
                 bulk(&mut out, name.as_bytes());
                 bulk(&mut out, value.as_bytes());
@@ -532,16 +557,19 @@ fn valid_client_name(name: &[u8]) -> Result<(), Vec<u8>> {
     Ok(())
 }
 
-/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`, RESP2 only.
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`, protover 2 or 3.
 fn hello(args: &[Vec<u8>]) -> Action {
     let mut setname = None;
+    let mut proto = None;
     if args.len() >= 2 {
         let Some(ver) = parse_int(&args[1]) else {
             return reply("Protocol version is not an integer or out of range");
         };
-        if ver != 2 {
-            return Action::Reply(error_bytes(b"NOPROTO", b"unsupported protocol version"));
-        }
+        proto = match ver {
+            2 => Some(Proto::Resp2),
+            3 => Some(Proto::Resp3),
+            _ => return Action::Reply(error_bytes(b"NOPROTO", b"unsupported protocol version")),
+        };
         let mut j = 2;
         while j < args.len() {
             let more = args.len() - j - 1;
@@ -562,7 +590,7 @@ fn hello(args: &[Vec<u8>]) -> Action {
             }
         }
     }
-    Action::Client(ClientCmd::Hello { setname })
+    Action::Client(ClientCmd::Hello { proto, setname })
 }
 
 /// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`, with Redis 7's option

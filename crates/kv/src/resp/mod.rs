@@ -46,6 +46,29 @@ pub use commands::*;
 pub use parse::*;
 pub use render::*;
 
+/// The protocol a connection speaks: RESP2 until it says `HELLO 3`. RESP3 differs in the
+/// replies this server gives by a null (`_`) for RESP2's nil bulk and nil array, maps (`%`) for
+/// `HELLO`, `CONFIG GET` and `COMMAND DOCS`, and verbatim strings (`=`) for `INFO` and
+/// `CLIENT INFO`, as Redis 7 answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Proto {
+    /// RESP2 (the default).
+    #[default]
+    Resp2,
+    /// RESP3 (`HELLO 3`).
+    Resp3,
+}
+
+impl Proto {
+    /// The protocol version number (`HELLO`'s `proto` field, `CLIENT INFO`'s `resp=`).
+    pub fn version(self) -> i64 {
+        match self {
+            Proto::Resp2 => 2,
+            Proto::Resp3 => 3,
+        }
+    }
+}
+
 /// The `redis_version` reported by `INFO` and `HELLO`.
 pub const REDIS_VERSION: &str = "7.0.0";
 

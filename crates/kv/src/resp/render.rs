@@ -4,6 +4,49 @@ use super::*;
 
 pub(super) const NIL: &[u8] = b"$-1\r\n";
 
+/// A missing value: RESP2's nil bulk string, RESP3's null.
+pub(super) fn nil(out: &mut Vec<u8>, proto: Proto) {
+    out.extend_from_slice(match proto {
+        Proto::Resp2 => NIL,
+        Proto::Resp3 => b"_\r\n",
+    });
+}
+
+/// A missing array (`COMMAND INFO` of an unknown command): RESP2's nil array, RESP3's null.
+pub(super) fn nil_array(out: &mut Vec<u8>, proto: Proto) {
+    out.extend_from_slice(match proto {
+        Proto::Resp2 => b"*-1\r\n",
+        Proto::Resp3 => b"_\r\n",
+    });
+}
+
+/// The header of a map of `pairs` entries: RESP3's `%`, RESP2's flat array of keys and values.
+pub(super) fn map(out: &mut Vec<u8>, pairs: usize, proto: Proto) {
+    match proto {
+        Proto::Resp2 => array(out, pairs * 2),
+        Proto::Resp3 => {
+            out.push(b'%');
+            out.extend_from_slice(pairs.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// Text for people (`INFO`, `CLIENT INFO`): a bulk string in RESP2, a verbatim string of
+/// format `txt` in RESP3.
+pub(super) fn verbatim(out: &mut Vec<u8>, text: &[u8], proto: Proto) {
+    match proto {
+        Proto::Resp2 => bulk(out, text),
+        Proto::Resp3 => {
+            out.push(b'=');
+            out.extend_from_slice((text.len() + 4).to_string().as_bytes());
+            out.extend_from_slice(b"\r\ntxt:");
+            out.extend_from_slice(text);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
 pub(super) fn bulk(out: &mut Vec<u8>, data: &[u8]) {
     out.push(b'$');
     out.extend_from_slice(data.len().to_string().as_bytes());
@@ -30,10 +73,10 @@ pub(super) fn array(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn item_or_nil(out: &mut Vec<u8>, item: Option<&Item>) {
+fn item_or_nil(out: &mut Vec<u8>, item: Option<&Item>, proto: Proto) {
     match item {
         Some(item) => bulk(out, &item.value),
-        None => out.extend_from_slice(NIL),
+        None => nil(out, proto),
     }
 }
 
@@ -55,24 +98,29 @@ pub(super) fn error_bytes(code: &[u8], msg: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The reply to a command from the store's response; see [`Render`] for each command's shape.
-/// `Response::Error(msg)` gives `-ERR msg`.
+/// The RESP2 reply to a command from the store's response; see [`Render`] for each command's
+/// shape. `Response::Error(msg)` gives `-ERR msg`.
 pub fn render(render: &Render, resp: &Response) -> Vec<u8> {
+    render_proto(render, resp, Proto::Resp2)
+}
+
+/// The reply to a command from the store's response in `proto`.
+pub fn render_proto(render: &Render, resp: &Response, proto: Proto) -> Vec<u8> {
     let mut out = Vec::new();
     if let Response::Error(msg) = resp {
         return error(msg);
     }
     match (render, resp) {
         (Render::Ok | Render::Set, Response::Ok) => out.extend_from_slice(b"+OK\r\n"),
-        (Render::Set, Response::NotStored) => out.extend_from_slice(NIL),
+        (Render::Set, Response::NotStored) => nil(&mut out, proto),
         (Render::Bulk, Response::Items(items)) => {
-            item_or_nil(&mut out, items.first().and_then(Option::as_ref))
+            item_or_nil(&mut out, items.first().and_then(Option::as_ref), proto)
         }
-        (Render::Bulk, Response::NotStored | Response::NotFound) => out.extend_from_slice(NIL),
+        (Render::Bulk, Response::NotStored | Response::NotFound) => nil(&mut out, proto),
         (Render::Bulks, Response::Items(items)) => {
             array(&mut out, items.len());
             for item in items {
-                item_or_nil(&mut out, item.as_ref());
+                item_or_nil(&mut out, item.as_ref(), proto);
             }
         }
         (Render::Int, Response::Int(n)) => int(&mut out, *n),
@@ -117,6 +165,11 @@ pub fn render(render: &Render, resp: &Response) -> Vec<u8> {
 /// empty line, then the name alone (`("# Keyspace", _)` → `\r\n# Keyspace`). CR and LF in
 /// names and values become spaces.
 pub fn render_info(fields: &[(&str, String)]) -> Vec<u8> {
+    render_info_proto(fields, Proto::Resp2)
+}
+
+/// [`render_info`] in `proto` (RESP3: a verbatim string).
+pub fn render_info_proto(fields: &[(&str, String)], proto: Proto) -> Vec<u8> {
     let mut text = format!("# Server\r\nredis_version:{REDIS_VERSION}\r\n");
     let clean = |s: &str| s.replace(['\r', '\n'], " ");
     for (name, value) in fields {
@@ -130,5 +183,7 @@ pub fn render_info(fields: &[(&str, String)]) -> Vec<u8> {
         }
         text.push_str("\r\n");
     }
-    bulk_reply(text.as_bytes())
+    let mut out = Vec::with_capacity(text.len() + 16);
+    verbatim(&mut out, text.as_bytes(), proto);
+    out
 }

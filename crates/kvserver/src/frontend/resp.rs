@@ -1,4 +1,4 @@
-//! The Redis RESP2 front-end: a connection's commands parsed into what the event loop
+//! The Redis front-end (RESP2, and RESP3 after `HELLO 3`): a connection's commands parsed into what the event loop
 //! ([`super::tcp`]) answers or submits (`waverunner_kv::resp` is the codec).
 
 use waverunner_kv::resp;
@@ -86,17 +86,21 @@ impl Conn {
         let item = if args.is_empty() {
             Item::Reply(Vec::new())
         } else {
-            match resp::command(&args) {
+            let proto = self.session.proto;
+            match resp::command_proto(&args, proto) {
                 resp::Action::Reply(r) => {
                     if r.starts_with(b"-") {
                         handle.client_error();
                     }
                     Item::Reply(r)
                 }
-                resp::Action::Store(op, render) => {
-                    Item::Store(with_limits(op, self.limits), tcp::Render::Redis(render))
+                resp::Action::Store(op, render) => Item::Store(
+                    with_limits(op, self.limits),
+                    tcp::Render::Redis(render, proto),
+                ),
+                resp::Action::Info => {
+                    Item::Reply(resp::render_info_proto(&info_fields(handle), proto))
                 }
-                resp::Action::Info => Item::Reply(resp::render_info(&info_fields(handle))),
                 resp::Action::Client(cmd) => Item::Reply(self.session.client(&cmd)),
                 resp::Action::Quit => Item::Close(b"+OK\r\n".to_vec()),
             }

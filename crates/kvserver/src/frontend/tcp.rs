@@ -54,7 +54,7 @@ const CONN0: usize = 16;
 
 /// How to turn the store's response into the reply a command expects.
 pub(super) enum Render {
-    Redis(resp::Render),
+    Redis(resp::Render, resp::Proto),
     /// The reply, unless the client said `noreply`.
     Memcache(memcache::McRender, bool),
 }
@@ -62,8 +62,8 @@ pub(super) enum Render {
 impl Render {
     fn reply(&self, r: Result<Response, ClientError>) -> Vec<u8> {
         match (self, r) {
-            (Render::Redis(how), Ok(resp)) => resp::render(how, &resp),
-            (Render::Redis(_), Err(e)) => resp_fe::error(&e),
+            (Render::Redis(how, proto), Ok(resp)) => resp::render_proto(how, &resp, *proto),
+            (Render::Redis(..), Err(e)) => resp_fe::error(&e),
             (Render::Memcache(_, true), _) => Vec::new(),
             (Render::Memcache(how, false), Ok(resp)) => memcache::render(how, &resp),
             (Render::Memcache(_, false), Err(e)) => memcache_fe::error(&e),
