@@ -739,3 +739,90 @@ print("ok")
         );
     }
 }
+
+/// `MULTI` … `EXEC` on the leader and on a follower, byte for byte as Redis 7 answers: queued
+/// commands answered `+QUEUED`, `EXEC` with every reply in order (a command's own error in its
+/// place, the others applied), `DISCARD`, queueing errors ending in `EXECABORT`, misuse errors;
+/// and redis-py's default pipeline (a transaction).
+#[test]
+fn transactions_multi_exec_discard() {
+    let c = cluster3(Opts::default());
+    let leader = c.status(c.ids()[0]).leader;
+    let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    for id in [leader, follower] {
+        let addr = c.redis_addr(id);
+        let k = format!("tx{id}");
+        let cmds: Vec<Vec<&[u8]>> = vec![
+            vec![b"EXEC"],
+            vec![b"DISCARD"],
+            vec![b"MULTI"],
+            vec![b"SET", k.as_bytes(), b"a"],
+            vec![b"INCR", k.as_bytes()],
+            vec![b"APPEND", k.as_bytes(), b"b"],
+            vec![b"GET", k.as_bytes()],
+            vec![b"PING"],
+            vec![b"MULTI"],
+            vec![b"EXEC"],
+            vec![b"MULTI"],
+            vec![b"SET", k.as_bytes(), b"lost"],
+            vec![b"DISCARD"],
+            vec![b"MULTI"],
+            vec![b"SET", k.as_bytes(), b"lost"],
+            vec![b"NOSUCH"],
+            vec![b"GET"],
+            vec![b"EXEC"],
+            vec![b"GET", k.as_bytes()],
+            vec![b"MULTI"],
+            vec![b"EXEC"],
+        ];
+        let mut req = Vec::new();
+        for a in &cmds {
+            req.extend(resp_cmd(a));
+        }
+        let (out, _) = send_and_read(addr, &req, Duration::from_secs(10));
+        let want = "-ERR EXEC without MULTI\r\n\
+             -ERR DISCARD without MULTI\r\n\
+             +OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n\
+             -ERR MULTI calls can not be nested\r\n\
+             *5\r\n+OK\r\n-ERR value is not an integer or out of range\r\n:2\r\n$2\r\nab\r\n+PONG\r\n\
+             +OK\r\n+QUEUED\r\n+OK\r\n\
+             +OK\r\n+QUEUED\r\n\
+             -ERR unknown command 'NOSUCH', with args beginning with: \r\n\
+             -ERR wrong number of arguments for 'get' command\r\n\
+             -EXECABORT Transaction discarded because of previous errors.\r\n\
+             $2\r\nab\r\n\
+             +OK\r\n*0\r\n";
+        assert_eq!(String::from_utf8_lossy(&out), want, "at node {id}");
+    }
+    // redis-py's default pipeline is a transaction.
+    let (py, path) = python_with_redis_py_8();
+    for id in [leader, follower] {
+        let addr = c.redis_addr(id);
+        let script = format!(
+            r#"
+import redis
+r = redis.Redis(host="{ip}", port={port}, socket_timeout=10)
+p = r.pipeline()
+p.set("txpy{id}", 5).incrby("txpy{id}", 3).get("txpy{id}")
+assert p.execute() == [True, 8, b"8"]
+print("ok")
+"#,
+            ip = addr.ip(),
+            port = addr.port(),
+        );
+        let o = run_with_timeout(
+            Command::new(&py)
+                .env("PYTHONPATH", &path)
+                .arg("-c")
+                .arg(&script),
+            None,
+            Duration::from_secs(60),
+        );
+        assert!(
+            o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ok"),
+            "redis-py transaction at node {id}: {} {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

@@ -38,6 +38,7 @@
 //! | 17  | `FlushAll` | |
 //! | 18  | `Sweep`    | |
 //! | 19  | `Batch`    | `u32` count, then each operation as bytes (its own encoding); never nested |
+//! | 20  | `Multi`    | as `Batch`; inside a batch or alone, holds neither a batch nor a multi |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -51,7 +52,7 @@
 //! | 8   | `Keys`        | keys |
 //! | 9   | `ScanPage`    | next, keys |
 //! | 10  | `Error`       | message |
-//! | 11  | `Batch`       | `u32` count, then each response as bytes (its own encoding) |
+//! | 11  | `Batch`       | `u32` count, then each response as bytes (its own encoding); a batch's may hold a transaction's (one level) |
 //!
 //! # Limits
 //!
@@ -102,6 +103,7 @@ const OP_TOUCH: u8 = 16;
 const OP_FLUSHALL: u8 = 17;
 const OP_SWEEP: u8 = 18;
 const OP_BATCH: u8 = 19;
+const OP_MULTI: u8 = 20;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -249,6 +251,20 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
                 "a nested batch"
             );
             put_batch_header(out, ops.len());
+            for op in ops {
+                put_nested(out, |out| encode_op(op, out));
+            }
+        }
+        Op::Multi(ops) => {
+            assert!(
+                !ops.is_empty()
+                    && ops
+                        .iter()
+                        .all(|o| !matches!(o, Op::Batch(_) | Op::Multi(_))),
+                "an empty or nested transaction"
+            );
+            out.push(OP_MULTI);
+            put_len(out, ops.len());
             for op in ops {
                 put_nested(out, |out| encode_op(op, out));
             }
@@ -408,6 +424,22 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
             }
             Op::Batch(ops)
         }
+        OP_MULTI => {
+            let n = r.count(5)?;
+            if n == 0 {
+                return Err(DecodeError("empty transaction"));
+            }
+            let mut ops = Vec::with_capacity(n);
+            for _ in 0..n {
+                let len = r.u32()? as usize;
+                let b = r.take(len)?;
+                if matches!(b.first(), Some(&OP_BATCH | &OP_MULTI)) {
+                    return Err(DecodeError("nested transaction"));
+                }
+                ops.push(decode_op(b)?);
+            }
+            Op::Multi(ops)
+        }
         _ => return Err(DecodeError("unknown operation tag")),
     };
     r.finish()?;
@@ -471,8 +503,13 @@ pub fn encode_response(resp: &Response, out: &mut Vec<u8>) {
     }
 }
 
-/// Decodes one response that fills all of `b` (trailing bytes are an error).
+/// Decodes one response that fills all of `b` (trailing bytes are an error). A batch's
+/// response may hold a transaction's (a batch of responses) one level deep, no deeper.
 pub fn decode_response(b: &[u8]) -> Result<Response, DecodeError> {
+    decode_response_at(b, 0)
+}
+
+fn decode_response_at(b: &[u8], depth: u8) -> Result<Response, DecodeError> {
     let mut r = Reader::new(b);
     let resp = match r.u8()? {
         R_OK => Response::Ok,
@@ -512,10 +549,10 @@ pub fn decode_response(b: &[u8]) -> Result<Response, DecodeError> {
             for _ in 0..n {
                 let len = r.u32()? as usize;
                 let b = r.take(len)?;
-                if b.first() == Some(&R_BATCH) {
+                if b.first() == Some(&R_BATCH) && depth > 0 {
                     return Err(DecodeError("nested batch"));
                 }
-                rs.push(decode_response(b)?);
+                rs.push(decode_response_at(b, depth + 1)?);
             }
             Response::Batch(rs)
         }
@@ -770,6 +807,7 @@ mod tests {
                 Op::Get { keys: vec![k()] },
                 Op::Del { keys: vec![k()] },
             ]),
+            Op::Multi(vec![Op::Get { keys: vec![k()] }]),
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -780,9 +818,9 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_BATCH).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_MULTI).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_BATCH + 1]));
+        assert!(!is_read_only_command(&[OP_MULTI + 1]));
         // A batch reads only if all of it does; a malformed one is not a read.
         let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
         let mut b = Vec::new();
@@ -791,6 +829,54 @@ mod tests {
         assert!(!is_read_only_command(&b[..b.len() - 1]));
         b.push(0);
         assert!(!is_read_only_command(&b));
+    }
+
+    #[test]
+    fn a_transaction_travels_whole_inside_a_batch_and_never_nests() {
+        let enc = |op: &Op| {
+            let mut out = Vec::new();
+            encode_op(op, &mut out);
+            out
+        };
+        let multi = Op::Multi(vec![
+            Op::IncrBy {
+                key: b"n".to_vec(),
+                delta: 1,
+            },
+            Op::Get {
+                keys: vec![b"n".to_vec()],
+            },
+        ]);
+        assert!(!multi.is_read_only());
+        let m = enc(&multi);
+        assert!(
+            !is_read_only_command(&m),
+            "a transaction goes through the log"
+        );
+        assert_eq!(decode_op(&m), Ok(multi.clone()));
+        // In a batch with another connection's operation: decoded as sent.
+        let get = Op::Get {
+            keys: vec![b"k".to_vec()],
+        };
+        let batch = batch_command(&[&m, &enc(&get)]);
+        assert_eq!(decode_op(&batch), Ok(Op::Batch(vec![multi, get.clone()])));
+        // A transaction holding a transaction or a batch, or nothing, does not decode.
+        let mut nested = vec![OP_MULTI, 1, 0, 0, 0];
+        put_bytes(&mut nested, &m);
+        assert!(decode_op(&nested).is_err());
+        let mut holds_batch = vec![OP_MULTI, 1, 0, 0, 0];
+        put_bytes(&mut holds_batch, &batch_command(&[&enc(&get)]));
+        assert!(decode_op(&holds_batch).is_err());
+        assert!(decode_op(&[OP_MULTI, 0, 0, 0, 0]).is_err());
+        // Its answer, in the batch's: one level of nesting decodes, two do not.
+        let inner = Response::Batch(vec![Response::Int(8), Response::Ok]);
+        let outer = Response::Batch(vec![inner.clone(), Response::Ok]);
+        let mut b = Vec::new();
+        encode_response(&outer, &mut b);
+        assert_eq!(decode_response(&b), Ok(outer.clone()));
+        let mut b = Vec::new();
+        encode_response(&Response::Batch(vec![outer]), &mut b);
+        assert_eq!(decode_response(&b), Err(DecodeError("nested batch")));
     }
 
     #[test]

@@ -120,6 +120,11 @@ pub enum Op {
     /// Several operations in one log entry, applied in order (a connection's pipelined
     /// commands: one entry, one replication round). Never nested; never empty.
     Batch(Vec<Op>),
+    /// A transaction (`MULTI` … `EXEC`): its operations applied in order with nothing between
+    /// them, on every replica (one log entry, never split: a front-end that sends a batch
+    /// again piece by piece sends a transaction whole). It may sit in a batch; it holds
+    /// neither a batch nor a transaction. Never empty. Answered by [`Response::Batch`].
+    Multi(Vec<Op>),
 }
 
 /// A stored value as reads return it.

@@ -97,6 +97,8 @@ impl Op {
     pub fn is_read_only(&self) -> bool {
         match self {
             Op::Batch(ops) => !ops.is_empty() && ops.iter().all(Op::is_read_only),
+            // Through the log always: atomic on every replica by construction.
+            Op::Multi(_) => false,
             op => matches!(
                 op,
                 Op::Get { .. }
@@ -395,7 +397,7 @@ impl KvStore {
 
     fn apply_op(&mut self, index: u64, op: &Op) -> Response {
         match op {
-            Op::Batch(ops) => {
+            Op::Batch(ops) | Op::Multi(ops) => {
                 Response::Batch(ops.iter().map(|op| self.apply_op(index, op)).collect())
             }
             Op::Get { .. }
@@ -615,7 +617,9 @@ impl KvStore {
 
     fn answer(&self, now: u64, op: &Op) -> Response {
         match op {
-            Op::Batch(ops) => Response::Batch(ops.iter().map(|op| self.answer(now, op)).collect()),
+            Op::Batch(ops) | Op::Multi(ops) => {
+                Response::Batch(ops.iter().map(|op| self.answer(now, op)).collect())
+            }
             Op::Get { keys } => Response::Items(
                 keys.iter()
                     .map(|k| self.live(k, now).map(Rec::item))

@@ -87,7 +87,7 @@ impl StateMachine for KvMachine {
         // the refusal, none is applied.
         fn grows(op: &Op) -> bool {
             match op {
-                Op::Batch(ops) => ops.iter().any(grows),
+                Op::Batch(ops) | Op::Multi(ops) => ops.iter().any(grows),
                 op => matches!(
                     op,
                     Op::Set { .. }

@@ -17,6 +17,34 @@ pub enum Action {
     /// `CLIENT SETNAME/GETNAME/ID/INFO`, `HELLO`: answered from per-connection state; write
     /// [`Session::client`]`(&cmd)` of the connection's session.
     Client(ClientCmd),
+    /// `MULTI`, `EXEC`, `DISCARD`, `WATCH`, `UNWATCH`: the connection's transaction state
+    /// (the front-end keeps it; arity is checked here).
+    Tx(TxCmd),
+}
+
+/// A transaction command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxCmd {
+    /// `MULTI`.
+    Multi,
+    /// `EXEC`.
+    Exec,
+    /// `DISCARD`.
+    Discard,
+    /// `WATCH key…`.
+    Watch,
+    /// `UNWATCH`.
+    Unwatch,
+}
+
+/// Whether `reply` is an error Redis gives when a command is queued inside `MULTI` (an
+/// unknown command or subcommand, a wrong number of arguments): the transaction is then
+/// discarded at `EXEC` (`EXECABORT`). Other errors are the command's own result, given in
+/// `EXEC`'s answer.
+pub fn is_queue_error(reply: &[u8]) -> bool {
+    reply.starts_with(b"-ERR unknown command")
+        || reply.starts_with(b"-ERR unknown subcommand")
+        || reply.starts_with(b"-ERR wrong number of arguments")
 }
 
 /// How to turn the store's [`Response`] into the reply of the command that asked.
@@ -179,7 +207,9 @@ const COMMANDS: &[(&str, i32)] = &[
     ("decr", 2),
     ("decrby", 3),
     ("del", -2),
+    ("discard", 1),
     ("echo", 2),
+    ("exec", 1),
     ("exists", -2),
     ("expire", -3),
     ("expireat", -3),
@@ -194,6 +224,7 @@ const COMMANDS: &[(&str, i32)] = &[
     ("keys", 2),
     ("mget", -2),
     ("mset", -3),
+    ("multi", 1),
     ("persist", 2),
     ("pexpire", -3),
     ("pexpireat", -3),
@@ -210,6 +241,8 @@ const COMMANDS: &[(&str, i32)] = &[
     ("ttl", 2),
     ("type", 2),
     ("unlink", -2),
+    ("unwatch", 1),
+    ("watch", -2),
 ];
 
 /// Subcommands of the container commands, with their arity (counting the command and the
@@ -289,6 +322,11 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
             Some(_) => reply("DB index is out of range"),
         },
         "hello" => hello(args),
+        "multi" => Action::Tx(TxCmd::Multi),
+        "exec" => Action::Tx(TxCmd::Exec),
+        "discard" => Action::Tx(TxCmd::Discard),
+        "watch" => Action::Tx(TxCmd::Watch),
+        "unwatch" => Action::Tx(TxCmd::Unwatch),
         "command" if args.len() == 1 => Action::Reply(b"*0\r\n".to_vec()),
         "client" | "command" | "config" => container(cmd, args, proto),
         "get" => Action::Store(Op::Get { keys: vec![key()] }, Render::Bulk),

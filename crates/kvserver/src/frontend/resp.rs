@@ -4,8 +4,26 @@
 use waverunner_kv::resp;
 use waverunner_node::replica::{ClientError, Handle};
 
-use super::tcp::{self, Item, Parsed};
+use super::tcp::{self, ExecSlot, Item, Parsed};
 use super::{with_limits, Limits};
+use waverunner_kv::Op;
+
+/// Bytes of the commands one transaction may queue (counted as their arguments' lengths);
+/// past it the transaction is discarded at `EXEC`, as Redis does after a queueing error.
+pub const MAX_MULTI_BYTES: usize = 64 << 20;
+
+/// A transaction being queued (`MULTI` … `EXEC`).
+#[derive(Default)]
+struct Multi {
+    /// Each queued command's place in the answer.
+    slots: Vec<ExecSlot>,
+    /// The store operations, in order: one log entry at `EXEC` ([`Op::Multi`]).
+    ops: Vec<Op>,
+    /// Arguments' bytes queued (bounded by [`MAX_MULTI_BYTES`]).
+    bytes: usize,
+    /// A command could not be queued: `EXEC` discards the transaction.
+    dirty: bool,
+}
 
 fn info_fields(handle: &Handle) -> Vec<(&'static str, String)> {
     let st = handle.status();
@@ -54,6 +72,8 @@ pub(super) struct Conn {
     session: resp::Session,
     rl: resp::Limits,
     limits: Limits,
+    /// The transaction being queued, after `MULTI`.
+    multi: Option<Multi>,
 }
 
 impl Conn {
@@ -65,6 +85,7 @@ impl Conn {
                 ..resp::Limits::default()
             },
             limits,
+            multi: None,
         }
     }
 
@@ -85,6 +106,8 @@ impl Conn {
         };
         let item = if args.is_empty() {
             Item::Reply(Vec::new())
+        } else if self.multi.is_some() {
+            self.queue(&args, handle)
         } else {
             let proto = self.session.proto;
             match resp::command_proto(&args, proto) {
@@ -103,6 +126,24 @@ impl Conn {
                 }
                 resp::Action::Client(cmd) => Item::Reply(self.session.client(&cmd)),
                 resp::Action::Quit => Item::Close(b"+OK\r\n".to_vec()),
+                resp::Action::Tx(tx) => {
+                    let r: &[u8] = match tx {
+                        resp::TxCmd::Multi => {
+                            self.multi = Some(Multi::default());
+                            b"+OK\r\n"
+                        }
+                        resp::TxCmd::Exec => b"-ERR EXEC without MULTI\r\n",
+                        resp::TxCmd::Discard => b"-ERR DISCARD without MULTI\r\n",
+                        // Nothing is ever watched (WATCH is refused), so there is nothing to
+                        // forget.
+                        resp::TxCmd::Unwatch => b"+OK\r\n",
+                        resp::TxCmd::Watch => b"-ERR WATCH is not supported by this server yet\r\n",
+                    };
+                    if r.starts_with(b"-") {
+                        handle.client_error();
+                    }
+                    Item::Reply(r.to_vec())
+                }
             }
         };
         Some(Parsed {
@@ -110,6 +151,73 @@ impl Conn {
             used,
             skip_more: 0,
         })
+    }
+}
+
+impl Conn {
+    /// A command inside `MULTI`: queued (`+QUEUED`), or `EXEC`, `DISCARD`, `QUIT`, or refused.
+    fn queue(&mut self, args: &[Vec<u8>], handle: &Handle) -> Item {
+        let proto = self.session.proto;
+        let m = self.multi.as_mut().expect("inside MULTI");
+        let action = resp::command_proto(args, proto);
+        let queued = b"+QUEUED\r\n".to_vec();
+        match action {
+            resp::Action::Tx(resp::TxCmd::Exec) => {
+                let m = self.multi.take().expect("inside MULTI");
+                if m.dirty {
+                    return Item::Reply(
+                        b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+                            .to_vec(),
+                    );
+                }
+                if m.ops.is_empty() {
+                    return Item::Reply(tcp::exec_reply(&m.slots, &[], proto));
+                }
+                Item::Store(Op::Multi(m.ops), tcp::Render::Exec(m.slots, proto))
+            }
+            resp::Action::Tx(resp::TxCmd::Discard) => {
+                self.multi = None;
+                Item::Reply(b"+OK\r\n".to_vec())
+            }
+            resp::Action::Tx(resp::TxCmd::Multi) => {
+                handle.client_error();
+                Item::Reply(b"-ERR MULTI calls can not be nested\r\n".to_vec())
+            }
+            resp::Action::Tx(resp::TxCmd::Watch) => {
+                handle.client_error();
+                Item::Reply(b"-ERR WATCH inside MULTI is not allowed\r\n".to_vec())
+            }
+            resp::Action::Quit => Item::Close(b"+OK\r\n".to_vec()),
+            resp::Action::Reply(r) if resp::is_queue_error(&r) => {
+                handle.client_error();
+                m.dirty = true;
+                Item::Reply(r)
+            }
+            action => {
+                let bytes: usize = args.iter().map(Vec::len).sum();
+                if m.bytes + bytes > MAX_MULTI_BYTES {
+                    handle.client_error();
+                    m.dirty = true;
+                    return Item::Reply(b"-ERR transaction too large\r\n".to_vec());
+                }
+                m.bytes += bytes;
+                let slot = match action {
+                    resp::Action::Store(op, render) => {
+                        m.ops.push(with_limits(op, self.limits));
+                        ExecSlot::Store(render)
+                    }
+                    resp::Action::Reply(r) => ExecSlot::Ready(r),
+                    resp::Action::Tx(resp::TxCmd::Unwatch) => ExecSlot::Ready(b"+OK\r\n".to_vec()),
+                    resp::Action::Info => {
+                        ExecSlot::Ready(resp::render_info_proto(&info_fields(handle), proto))
+                    }
+                    resp::Action::Client(cmd) => ExecSlot::Ready(self.session.client(&cmd)),
+                    resp::Action::Quit | resp::Action::Tx(_) => unreachable!("handled above"),
+                };
+                m.slots.push(slot);
+                Item::Reply(queued)
+            }
+        }
     }
 }
 

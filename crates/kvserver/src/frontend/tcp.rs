@@ -55,6 +55,9 @@ const CONN0: usize = 16;
 /// How to turn the store's response into the reply a command expects.
 pub(super) enum Render {
     Redis(resp::Render, resp::Proto),
+    /// `EXEC`: an array of the queued commands' replies, in order; those of the store's
+    /// operations come from the transaction's [`Response::Batch`], one per `Store` slot.
+    Exec(Vec<ExecSlot>, resp::Proto),
     /// The reply, unless the client said `noreply`.
     Memcache(memcache::McRender, bool),
 }
@@ -64,11 +67,41 @@ impl Render {
         match (self, r) {
             (Render::Redis(how, proto), Ok(resp)) => resp::render_proto(how, &resp, *proto),
             (Render::Redis(..), Err(e)) => resp_fe::error(&e),
+            (Render::Exec(slots, proto), Ok(Response::Batch(rs))) => exec_reply(slots, &rs, *proto),
+            (Render::Exec(_, proto), Ok(other)) => {
+                // A refusal of the whole transaction (e.g. over maxmemory).
+                resp::render_proto(&resp::Render::Ok, &other, *proto)
+            }
+            (Render::Exec(..), Err(e)) => resp_fe::error(&e),
             (Render::Memcache(_, true), _) => Vec::new(),
             (Render::Memcache(how, false), Ok(resp)) => memcache::render(how, &resp),
             (Render::Memcache(_, false), Err(e)) => memcache_fe::error(&e),
         }
     }
+}
+
+/// A queued command's place in an `EXEC` answer.
+pub(super) enum ExecSlot {
+    /// Answered when queued (no store involved: `PING`, `ECHO`, a command's own error…).
+    Ready(Vec<u8>),
+    /// The next of the transaction's store operations, rendered so.
+    Store(resp::Render),
+}
+
+/// `EXEC`'s answer: `*n`, then each slot's reply, store results taken from `rs` in order.
+pub(super) fn exec_reply(slots: &[ExecSlot], rs: &[Response], proto: resp::Proto) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", slots.len()).into_bytes();
+    let mut rs = rs.iter();
+    for s in slots {
+        match s {
+            ExecSlot::Ready(r) => out.extend_from_slice(r),
+            ExecSlot::Store(how) => match rs.next() {
+                Some(r) => out.extend_from_slice(&resp::render_proto(how, r, proto)),
+                None => out.extend_from_slice(b"-ERR internal error: a result is missing\r\n"),
+            },
+        }
+    }
+    out
 }
 
 /// What the parser made of the next bytes of a connection.
