@@ -39,6 +39,15 @@
 //! | 18  | `Sweep`    | |
 //! | 19  | `Batch`    | `u32` count, then each operation as bytes (its own encoding); never nested |
 //! | 20  | `Multi`    | as `Batch`; inside a batch or alone, holds neither a batch nor a multi |
+//! | 21  | `GetDel`   | key |
+//! | 22  | `GetEx`    | key, option expiry |
+//! | 23  | `Rename`   | from, to, bool nx |
+//! | 24  | `Copy`     | from, to, bool replace |
+//! | 25  | `SetRange` | key, `u64` offset, value, `u64` max_len |
+//! | 26  | `GetRange` | key, `i64` start, `i64` end |
+//! | 27  | `MSetNx`   | `u32` count, (key, value) pairs |
+//! | 28  | `ExpireIf` | key, expiry, `u8` cond (1 NX, 2 XX, 3 GT, 4 LT, 5 XX LT) |
+//! | 29  | `ExpireTime` | key |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -69,7 +78,7 @@
 
 use std::fmt;
 
-use crate::ops::{Bytes, Cond, Expiry, Item, Op, Response};
+use crate::ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Response};
 
 /// Why some bytes are not a valid encoding. The message names the problem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +113,15 @@ const OP_FLUSHALL: u8 = 17;
 const OP_SWEEP: u8 = 18;
 const OP_BATCH: u8 = 19;
 const OP_MULTI: u8 = 20;
+const OP_GETDEL: u8 = 21;
+const OP_GETEX: u8 = 22;
+const OP_RENAME: u8 = 23;
+const OP_COPY: u8 = 24;
+const OP_SETRANGE: u8 = 25;
+const OP_GETRANGE: u8 = 26;
+const OP_MSETNX: u8 = 27;
+const OP_EXPIREIF: u8 = 28;
+const OP_EXPIRETIME: u8 = 29;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -255,6 +273,72 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
                 put_nested(out, |out| encode_op(op, out));
             }
         }
+        Op::GetDel { key } => {
+            out.push(OP_GETDEL);
+            put_bytes(out, key);
+        }
+        Op::GetEx { key, expiry } => {
+            out.push(OP_GETEX);
+            put_bytes(out, key);
+            out.push(u8::from(expiry.is_some()));
+            if let Some(e) = expiry {
+                put_expiry(out, e);
+            }
+        }
+        Op::Rename { from, to, nx } => {
+            out.push(OP_RENAME);
+            put_bytes(out, from);
+            put_bytes(out, to);
+            out.push(u8::from(*nx));
+        }
+        Op::Copy { from, to, replace } => {
+            out.push(OP_COPY);
+            put_bytes(out, from);
+            put_bytes(out, to);
+            out.push(u8::from(*replace));
+        }
+        Op::SetRange {
+            key,
+            offset,
+            value,
+            max_len,
+        } => {
+            out.push(OP_SETRANGE);
+            put_bytes(out, key);
+            put_u64(out, *offset);
+            put_bytes(out, value);
+            put_u64(out, *max_len);
+        }
+        Op::GetRange { key, start, end } => {
+            out.push(OP_GETRANGE);
+            put_bytes(out, key);
+            put_u64(out, *start as u64);
+            put_u64(out, *end as u64);
+        }
+        Op::MSetNx { pairs } => {
+            out.push(OP_MSETNX);
+            put_len(out, pairs.len());
+            for (k, v) in pairs {
+                put_bytes(out, k);
+                put_bytes(out, v);
+            }
+        }
+        Op::ExpireIf { key, expiry, cond } => {
+            out.push(OP_EXPIREIF);
+            put_bytes(out, key);
+            put_expiry(out, expiry);
+            out.push(match cond {
+                ExpireCond::Nx => 1,
+                ExpireCond::Xx => 2,
+                ExpireCond::Gt => 3,
+                ExpireCond::Lt => 4,
+                ExpireCond::XxLt => 5,
+            });
+        }
+        Op::ExpireTime { key } => {
+            out.push(OP_EXPIRETIME);
+            put_bytes(out, key);
+        }
         Op::Multi(ops) => {
             assert!(
                 !ops.is_empty()
@@ -310,7 +394,15 @@ fn put_nested(out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
 fn is_read_only_tag(tag: u8) -> bool {
     matches!(
         tag,
-        OP_GET | OP_EXISTS | OP_STRLEN | OP_TTL | OP_DBSIZE | OP_KEYS | OP_SCAN
+        OP_GET
+            | OP_EXISTS
+            | OP_STRLEN
+            | OP_TTL
+            | OP_DBSIZE
+            | OP_KEYS
+            | OP_SCAN
+            | OP_GETRANGE
+            | OP_EXPIRETIME
     )
 }
 
@@ -424,6 +516,53 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
             }
             Op::Batch(ops)
         }
+        OP_GETDEL => Op::GetDel { key: r.bytes()? },
+        OP_GETEX => Op::GetEx {
+            key: r.bytes()?,
+            expiry: if r.bool()? { Some(r.expiry()?) } else { None },
+        },
+        OP_RENAME => Op::Rename {
+            from: r.bytes()?,
+            to: r.bytes()?,
+            nx: r.bool()?,
+        },
+        OP_COPY => Op::Copy {
+            from: r.bytes()?,
+            to: r.bytes()?,
+            replace: r.bool()?,
+        },
+        OP_SETRANGE => Op::SetRange {
+            key: r.bytes()?,
+            offset: r.u64()?,
+            value: r.bytes()?,
+            max_len: r.u64()?,
+        },
+        OP_GETRANGE => Op::GetRange {
+            key: r.bytes()?,
+            start: r.u64()? as i64,
+            end: r.u64()? as i64,
+        },
+        OP_MSETNX => {
+            let n = r.count(8)?;
+            let mut pairs = Vec::with_capacity(n);
+            for _ in 0..n {
+                pairs.push((r.bytes()?, r.bytes()?));
+            }
+            Op::MSetNx { pairs }
+        }
+        OP_EXPIREIF => Op::ExpireIf {
+            key: r.bytes()?,
+            expiry: r.expiry()?,
+            cond: match r.u8()? {
+                1 => ExpireCond::Nx,
+                2 => ExpireCond::Xx,
+                3 => ExpireCond::Gt,
+                4 => ExpireCond::Lt,
+                5 => ExpireCond::XxLt,
+                _ => return Err(DecodeError("bad expire condition")),
+            },
+        },
+        OP_EXPIRETIME => Op::ExpireTime { key: r.bytes()? },
         OP_MULTI => {
             let n = r.count(5)?;
             if n == 0 {
@@ -808,6 +947,41 @@ mod tests {
                 Op::Del { keys: vec![k()] },
             ]),
             Op::Multi(vec![Op::Get { keys: vec![k()] }]),
+            Op::GetDel { key: k() },
+            Op::GetEx {
+                key: k(),
+                expiry: Some(Expiry::AfterMs(5)),
+            },
+            Op::Rename {
+                from: k(),
+                to: k(),
+                nx: true,
+            },
+            Op::Copy {
+                from: k(),
+                to: k(),
+                replace: false,
+            },
+            Op::SetRange {
+                key: k(),
+                offset: 3,
+                value: k(),
+                max_len: 9,
+            },
+            Op::GetRange {
+                key: k(),
+                start: -3,
+                end: -1,
+            },
+            Op::MSetNx {
+                pairs: vec![(k(), k())],
+            },
+            Op::ExpireIf {
+                key: k(),
+                expiry: Expiry::AtMs(9),
+                cond: ExpireCond::Gt,
+            },
+            Op::ExpireTime { key: k() },
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -818,9 +992,9 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_MULTI).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_EXPIRETIME).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_MULTI + 1]));
+        assert!(!is_read_only_command(&[OP_EXPIRETIME + 1]));
         // A batch reads only if all of it does; a malformed one is not a read.
         let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
         let mut b = Vec::new();

@@ -25,7 +25,7 @@ pub mod ops;
 pub mod resp;
 pub mod store;
 
-pub use ops::{Bytes, Cond, Expiry, Item, Op, Response};
+pub use ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Response};
 pub use store::KvStore;
 
 /// The i64 written as ASCII `digits` (negated if `neg`), if they are all digits and it fits:

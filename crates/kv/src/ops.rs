@@ -21,6 +21,22 @@ pub enum Expiry {
     AtMs(u64),
 }
 
+/// When `EXPIRE` changes an expiry (Redis 7's options); a key without an expiry has an
+/// infinite one for `GT` and `LT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpireCond {
+    /// Only if the key has no expiry.
+    Nx,
+    /// Only if the key has one.
+    Xx,
+    /// Only if the new one is later.
+    Gt,
+    /// Only if the new one is sooner.
+    Lt,
+    /// Only if the key has one and the new one is sooner (`XX LT`).
+    XxLt,
+}
+
 /// When a store happens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cond {
@@ -120,6 +136,44 @@ pub enum Op {
     /// Several operations in one log entry, applied in order (a connection's pipelined
     /// commands: one entry, one replication round). Never nested; never empty.
     Batch(Vec<Op>),
+    /// Remove a key and return its item (`GETDEL`): `Items([item or None])`.
+    GetDel { key: Bytes },
+    /// Return a key's item and, with `expiry`, set its expiry (`GETEX`; `Some(Expiry::None)`
+    /// is `PERSIST`): `Items([item or None])`. A time in the past deletes the key.
+    GetEx { key: Bytes, expiry: Option<Expiry> },
+    /// Move `from`'s item (value and expiry) to `to` (`RENAME`, `RENAMENX` with `nx`): `Ok`,
+    /// `NotStored` when `nx` and `to` exists, `Error("no such key")` when `from` is absent.
+    Rename { from: Bytes, to: Bytes, nx: bool },
+    /// Copy `from`'s item (value and expiry) to `to` (`COPY`): `Int(1)` copied, `Int(0)` not
+    /// (absent `from`, or `to` exists without `replace`).
+    Copy {
+        from: Bytes,
+        to: Bytes,
+        replace: bool,
+    },
+    /// Overwrite part of a value at `offset`, padding with zero bytes (`SETRANGE`):
+    /// `Int(new length)`; a result longer than `max_len` is refused.
+    SetRange {
+        key: Bytes,
+        offset: u64,
+        value: Bytes,
+        max_len: u64,
+    },
+    /// The bytes `start..=end` of a value, negative positions counted from the end
+    /// (`GETRANGE`): `Items([Some(item with those bytes)])`, empty when out of range.
+    GetRange { key: Bytes, start: i64, end: i64 },
+    /// Set every pair only if no key exists (`MSETNX`): `Int(1)` set, `Int(0)` none.
+    MSetNx { pairs: Vec<(Bytes, Bytes)> },
+    /// Set a key's expiry if `cond` holds (`EXPIRE … NX|XX|GT|LT`): `Int(1)` set, `Int(0)` not.
+    /// A time in the past deletes the key.
+    ExpireIf {
+        key: Bytes,
+        expiry: Expiry,
+        cond: ExpireCond,
+    },
+    /// The absolute expiry time of a key in ms since the Unix epoch (`EXPIRETIME`,
+    /// `PEXPIRETIME`): `Int(ms)`, -1 without expiry, -2 for an absent key.
+    ExpireTime { key: Bytes },
     /// A transaction (`MULTI` … `EXEC`): its operations applied in order with nothing between
     /// them, on every replica (one log entry, never split: a front-end that sends a batch
     /// again piece by piece sends a transaction whole). It may sit in a batch; it holds

@@ -50,7 +50,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::codec::{put_u32, put_u64, DecodeError};
 use crate::glob::glob_match;
-use crate::ops::{Bytes, Cond, Expiry, Item, Op, Response};
+use crate::ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Response};
 
 /// The error of `IncrBy` on a value that is not a signed 64-bit decimal (Redis's message, less
 /// its `ERR ` prefix).
@@ -66,6 +66,34 @@ pub const ERR_NON_NUMERIC: &str = "cannot increment or decrement non-numeric val
 pub const ERR_TOO_LARGE: &str = "string exceeds maximum allowed size";
 /// The error of [`KvStore::read`] given an operation that writes.
 pub const ERR_NOT_READ_ONLY: &str = "not a read-only operation";
+/// `RENAME` of an absent key.
+pub const ERR_NO_SUCH_KEY: &str = "no such key";
+
+/// The bytes `start..=end` of `v` as Redis's `GETRANGE` takes them: negative positions count
+/// from the end, both are clamped to the value, and an empty range is empty.
+fn byte_range(v: &[u8], start: i64, end: i64) -> &[u8] {
+    let len = len_i64(v.len());
+    if len == 0 || (start < 0 && end < 0 && start > end) {
+        return &[];
+    }
+    let start = if start < 0 {
+        len.saturating_add(start)
+    } else {
+        start
+    }
+    .max(0);
+    let end = if end < 0 {
+        len.saturating_add(end)
+    } else {
+        end
+    }
+    .max(0)
+    .min(len - 1);
+    if start > end {
+        return &[];
+    }
+    &v[start as usize..=end as usize]
+}
 
 /// How many expired items each [`KvStore::apply`] of a write removes at most, earliest expiry
 /// first (besides those removed because the operation writes their key).
@@ -108,6 +136,8 @@ impl Op {
                     | Op::DbSize
                     | Op::Keys { .. }
                     | Op::Scan { .. }
+                    | Op::GetRange { .. }
+                    | Op::ExpireTime { .. }
             ),
         }
     }
@@ -406,7 +436,9 @@ impl KvStore {
             | Op::Ttl { .. }
             | Op::DbSize
             | Op::Keys { .. }
-            | Op::Scan { .. } => self.answer(self.now_ms, op),
+            | Op::Scan { .. }
+            | Op::GetRange { .. }
+            | Op::ExpireTime { .. } => self.answer(self.now_ms, op),
             Op::Set {
                 key,
                 value,
@@ -590,6 +622,117 @@ impl KvStore {
                 Response::Ok
             }
             Op::Sweep => Response::Int(len_i64(self.sweep(SWEEP_PER_OP))),
+            Op::GetDel { key } => {
+                self.purge(key);
+                Response::Items(vec![self.remove(key).map(|e| e.item())])
+            }
+            Op::GetEx { key, expiry } => {
+                self.purge(key);
+                let Some(e) = self.items.get(key.as_slice()) else {
+                    return Response::Items(vec![None]);
+                };
+                let item = e.item();
+                if let Some(x) = expiry {
+                    let new = self.resolve(x, e.expire_at());
+                    self.retime(key, new);
+                }
+                Response::Items(vec![Some(item)])
+            }
+            Op::Rename { from, to, nx } => {
+                self.purge(from);
+                self.purge(to);
+                let Some(e) = self.items.get(from.as_slice()).cloned() else {
+                    return Response::Error(ERR_NO_SUCH_KEY.into());
+                };
+                if *nx && self.items.get(to.as_slice()).is_some() {
+                    return Response::NotStored;
+                }
+                if from != to {
+                    self.remove(from);
+                    self.store(to, e.value(), e.flags(), index, e.expire_at());
+                }
+                Response::Ok
+            }
+            Op::Copy { from, to, replace } => {
+                self.purge(from);
+                self.purge(to);
+                let Some(e) = self.items.get(from.as_slice()).cloned() else {
+                    return Response::Int(0);
+                };
+                if !*replace && self.items.get(to.as_slice()).is_some() {
+                    return Response::Int(0);
+                }
+                self.store(to, e.value(), e.flags(), index, e.expire_at());
+                Response::Int(1)
+            }
+            Op::SetRange {
+                key,
+                offset,
+                value,
+                max_len,
+            } => {
+                self.purge(key);
+                let old = self.items.get(key.as_slice()).cloned();
+                let old_len = old.as_ref().map_or(0, |e| e.value().len());
+                if value.is_empty() {
+                    // Nothing written: the length as it is (no key created).
+                    return Response::Int(len_i64(old_len));
+                }
+                let Some(end) = offset
+                    .checked_add(value.len() as u64)
+                    .filter(|&end| end <= *max_len)
+                else {
+                    return Response::Error(ERR_TOO_LARGE.into());
+                };
+                let (end, offset) = (end as usize, *offset as usize);
+                let mut v = old.as_ref().map_or_else(Vec::new, |e| e.value().to_vec());
+                if v.len() < end {
+                    v.resize(end, 0);
+                }
+                v[offset..end].copy_from_slice(value);
+                let (flags, expire_at) = old
+                    .as_ref()
+                    .map_or((0, None), |e| (e.flags(), e.expire_at()));
+                self.store(key, &v, flags, index, expire_at);
+                Response::Int(len_i64(v.len()))
+            }
+            Op::MSetNx { pairs } => {
+                for (key, _) in pairs {
+                    self.purge(key);
+                }
+                if pairs
+                    .iter()
+                    .any(|(key, _)| self.items.get(key.as_slice()).is_some())
+                {
+                    return Response::Int(0);
+                }
+                for (key, value) in pairs {
+                    self.store(key, value, 0, index, None);
+                }
+                Response::Int(1)
+            }
+            Op::ExpireIf { key, expiry, cond } => {
+                self.purge(key);
+                let Some(e) = self.items.get(key.as_slice()) else {
+                    return Response::Int(0);
+                };
+                let current = e.expire_at();
+                let new = self.resolve(expiry, current);
+                // No expiry counts as infinite for GT and LT.
+                let inf = |t: Option<u64>| t.unwrap_or(u64::MAX);
+                let ok = match cond {
+                    ExpireCond::Nx => current.is_none(),
+                    ExpireCond::Xx => current.is_some(),
+                    ExpireCond::Gt => inf(new) > inf(current),
+                    ExpireCond::Lt => inf(new) < inf(current),
+                    ExpireCond::XxLt => current.is_some() && inf(new) < inf(current),
+                };
+                if !ok {
+                    return Response::Int(0);
+                }
+                self.retime(key, new);
+                Response::Int(1)
+            }
         }
     }
 
@@ -686,6 +829,25 @@ impl KvStore {
                     Vec::new()
                 };
                 Response::ScanPage { next, keys }
+            }
+            Op::GetRange { key, start, end } => {
+                let Some(e) = self.live(key, now) else {
+                    return Response::Items(vec![Some(Item {
+                        value: Vec::new(),
+                        flags: 0,
+                        cas: 0,
+                    })]);
+                };
+                let mut item = e.item();
+                item.value = byte_range(&item.value, *start, *end).to_vec();
+                Response::Items(vec![Some(item)])
+            }
+            Op::ExpireTime { key } => {
+                Response::Int(match self.live(key, now).map(Rec::expire_at) {
+                    None => -2,
+                    Some(None) => -1,
+                    Some(Some(t)) => i64::try_from(t).unwrap_or(i64::MAX),
+                })
             }
             _ => Response::Error(ERR_NOT_READ_ONLY.into()),
         }

@@ -6,7 +6,7 @@ use waverunner_kv::resp::{
     Session,
 };
 use waverunner_kv::store::ERR_TOO_LARGE;
-use waverunner_kv::{Cond, Expiry, Item, Op, Response};
+use waverunner_kv::{Cond, ExpireCond, Expiry, Item, Op, Response};
 
 type Parsed = Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError>;
 
@@ -766,11 +766,26 @@ fn expire_family() {
         reply("EXPIREAT k 9223372036854776"),
         "-ERR invalid expire time in 'expireat' command\r\n"
     );
-    assert_eq!(
-        reply("EXPIRE k 10 NX"),
-        "-ERR the NX, XX, GT and LT options are not supported\r\n"
-    );
     assert_eq!(reply("EXPIRE k 10 FOO"), "-ERR Unsupported option FOO\r\n");
+    // Redis 7's options: one condition, or XX with GT or LT.
+    let cond = |line: &str| match store(line) {
+        (Op::ExpireIf { cond, .. }, Render::Bool) => cond,
+        other => panic!("{line}: {other:?}"),
+    };
+    assert_eq!(cond("EXPIRE k 10 NX"), ExpireCond::Nx);
+    assert_eq!(cond("EXPIRE k 10 xx"), ExpireCond::Xx);
+    assert_eq!(cond("PEXPIRE k 10 GT"), ExpireCond::Gt);
+    assert_eq!(cond("EXPIREAT k 10 LT"), ExpireCond::Lt);
+    assert_eq!(cond("EXPIRE k 10 XX GT"), ExpireCond::Gt);
+    assert_eq!(cond("EXPIRE k 10 LT XX"), ExpireCond::XxLt);
+    assert_eq!(
+        reply("EXPIRE k 10 NX XX"),
+        "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n"
+    );
+    assert_eq!(
+        reply("EXPIRE k 10 GT LT"),
+        "-ERR GT and LT options at the same time are not compatible\r\n"
+    );
 }
 
 #[test]

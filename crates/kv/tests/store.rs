@@ -1805,3 +1805,152 @@ fn a_batch_applies_its_operations_in_order() {
     assert!(!Op::Batch(vec![get("k"), set("a", "b")]).is_read_only());
     assert!(!Op::Batch(vec![]).is_read_only());
 }
+
+// ---- Redis 7 string and keyspace commands (GETDEL … EXPIRETIME)
+
+#[test]
+fn getdel_getex_rename_copy() {
+    let mut l = Log::new(1000);
+    l.apply(set_exp("a", "1", Expiry::AfterMs(5000)));
+    // GETDEL: the item, then gone.
+    assert_eq!(
+        l.apply(Op::GetDel { key: b("a") }),
+        items(vec![item("1", 0, 1)])
+    );
+    assert_eq!(l.value("a"), None);
+    assert_eq!(l.apply(Op::GetDel { key: b("a") }), items(vec![None]));
+    // GETEX: the item; with an expiry, retimed (CAS unchanged); PERSIST clears it; a time in
+    // the past deletes.
+    l.apply(set("b", "2"));
+    let getex = |e: Option<Expiry>| Op::GetEx {
+        key: b("b"),
+        expiry: e,
+    };
+    assert_eq!(l.apply(getex(None)), items(vec![item("2", 0, 4)]));
+    assert_eq!(
+        l.apply(getex(Some(Expiry::AfterMs(100)))),
+        items(vec![item("2", 0, 4)])
+    );
+    assert_eq!(l.read(ttl("b")), Response::Int(100));
+    assert_eq!(l.read(Op::ExpireTime { key: b("b") }), Response::Int(1100));
+    assert_eq!(
+        l.apply(getex(Some(Expiry::None))),
+        items(vec![item("2", 0, 4)])
+    );
+    assert_eq!(l.read(ttl("b")), Response::Int(-1));
+    assert_eq!(l.read(Op::ExpireTime { key: b("b") }), Response::Int(-1));
+    assert_eq!(l.read(Op::ExpireTime { key: b("zz") }), Response::Int(-2));
+    assert_eq!(
+        l.apply(getex(Some(Expiry::AtMs(10)))),
+        items(vec![item("2", 0, 4)])
+    );
+    assert_eq!(l.value("b"), None, "an expiry in the past deletes");
+    // RENAME moves the value and expiry; RENAMENX refuses an existing target.
+    l.apply(set_exp("c", "3", Expiry::AfterMs(700)));
+    l.apply(set("d", "4"));
+    let rename = |from: &str, to: &str, nx: bool| Op::Rename {
+        from: b(from),
+        to: b(to),
+        nx,
+    };
+    assert_eq!(l.apply(rename("c", "d", true)), Response::NotStored);
+    assert_eq!(l.apply(rename("c", "e", false)), Response::Ok);
+    assert_eq!(l.value("c"), None);
+    assert_eq!(l.value("e").unwrap().value, b("3"));
+    assert_eq!(l.read(ttl("e")), Response::Int(700));
+    assert_eq!(
+        l.apply(rename("e", "e", false)),
+        Response::Ok,
+        "onto itself"
+    );
+    assert_eq!(l.value("e").unwrap().value, b("3"));
+    assert_eq!(l.apply(rename("zz", "y", false)), err("no such key"));
+    // COPY: value and expiry; not over an existing key without REPLACE.
+    let copy = |from: &str, to: &str, replace: bool| Op::Copy {
+        from: b(from),
+        to: b(to),
+        replace,
+    };
+    assert_eq!(l.apply(copy("e", "d", false)), Response::Int(0));
+    assert_eq!(l.apply(copy("e", "d", true)), Response::Int(1));
+    assert_eq!(l.value("d").unwrap().value, b("3"));
+    assert_eq!(l.read(ttl("d")), Response::Int(700));
+    assert_eq!(l.apply(copy("zz", "f", false)), Response::Int(0));
+    l.s.check_invariants();
+}
+
+#[test]
+fn setrange_getrange_msetnx() {
+    let mut l = Log::new(1000);
+    let setrange = |k: &str, offset: u64, v: &str| Op::SetRange {
+        key: b(k),
+        offset,
+        value: b(v),
+        max_len: 16,
+    };
+    let getrange = |k: &str, start: i64, end: i64| Op::GetRange {
+        key: b(k),
+        start,
+        end,
+    };
+    let range = |r: Response| match r {
+        Response::Items(mut v) => v.pop().unwrap().unwrap().value,
+        r => panic!("{r:?}"),
+    };
+    // Padding with zero bytes; an empty value creates nothing; past max_len refused.
+    assert_eq!(l.apply(setrange("a", 3, "xy")), Response::Int(5));
+    assert_eq!(l.value("a").unwrap().value, b("\0\0\0xy"));
+    assert_eq!(l.apply(setrange("b", 3, "")), Response::Int(0));
+    assert_eq!(l.value("b"), None);
+    assert_eq!(l.apply(setrange("a", 0, "Hello")), Response::Int(5));
+    assert_eq!(l.apply(setrange("a", 15, "zz")), err(ERR_TOO_LARGE));
+    assert_eq!(l.apply(setrange("a", u64::MAX, "z")), err(ERR_TOO_LARGE));
+    // GETRANGE as Redis: negative from the end, clamped, empty when crossed or absent.
+    assert_eq!(range(l.read(getrange("a", 0, -1))), b("Hello"));
+    assert_eq!(range(l.read(getrange("a", 1, 2))), b("el"));
+    assert_eq!(range(l.read(getrange("a", -3, -1))), b("llo"));
+    assert_eq!(range(l.read(getrange("a", 3, 100))), b("lo"));
+    assert_eq!(range(l.read(getrange("a", -100, 0))), b("H"));
+    assert_eq!(range(l.read(getrange("a", 3, 1))), b(""));
+    assert_eq!(range(l.read(getrange("a", -1, -3))), b(""));
+    assert_eq!(range(l.read(getrange("zz", 0, -1))), b(""));
+    // MSETNX: all or nothing.
+    let msetnx = |pairs: &[(&str, &str)]| Op::MSetNx {
+        pairs: pairs.iter().map(|(k, v)| (b(k), b(v))).collect(),
+    };
+    assert_eq!(l.apply(msetnx(&[("x", "1"), ("a", "2")])), Response::Int(0));
+    assert_eq!(l.value("x"), None);
+    assert_eq!(l.apply(msetnx(&[("x", "1"), ("y", "2")])), Response::Int(1));
+    assert_eq!(l.value("y").unwrap().value, b("2"));
+    l.s.check_invariants();
+}
+
+#[test]
+fn expire_with_nx_xx_gt_lt() {
+    use waverunner_kv::ExpireCond::*;
+    let mut l = Log::new(1000);
+    l.apply(set("k", "v"));
+    let exp = |ms: i64, cond| Op::ExpireIf {
+        key: b("k"),
+        expiry: Expiry::AfterMs(ms),
+        cond,
+    };
+    // No expiry: XX and GT fail (none counts as infinite), NX and LT hold.
+    assert_eq!(l.apply(exp(100, Xx)), Response::Int(0));
+    assert_eq!(l.apply(exp(100, Gt)), Response::Int(0));
+    assert_eq!(l.apply(exp(100, XxLt)), Response::Int(0));
+    assert_eq!(l.apply(exp(100, Lt)), Response::Int(1));
+    assert_eq!(l.read(ttl("k")), Response::Int(100));
+    assert_eq!(l.apply(exp(50, Nx)), Response::Int(0), "it has one now");
+    assert_eq!(l.apply(exp(50, Gt)), Response::Int(0));
+    assert_eq!(l.apply(exp(200, Gt)), Response::Int(1));
+    assert_eq!(l.apply(exp(300, XxLt)), Response::Int(0));
+    assert_eq!(l.apply(exp(150, XxLt)), Response::Int(1));
+    assert_eq!(l.apply(exp(400, Xx)), Response::Int(1));
+    assert_eq!(l.read(ttl("k")), Response::Int(400));
+    // A past time under a condition that holds deletes; an absent key is 0.
+    assert_eq!(l.apply(exp(-1, Lt)), Response::Int(1));
+    assert_eq!(l.value("k"), None);
+    assert_eq!(l.apply(exp(100, Lt)), Response::Int(0));
+    l.s.check_invariants();
+}

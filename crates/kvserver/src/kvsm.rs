@@ -97,6 +97,9 @@ impl StateMachine for KvMachine {
                         | Op::McIncr { .. }
                         | Op::Append { .. }
                         | Op::Prepend { .. }
+                        | Op::SetRange { .. }
+                        | Op::MSetNx { .. }
+                        | Op::Copy { .. }
                 ),
             }
         }

@@ -209,13 +209,18 @@ const COMMANDS: &[(&str, i32)] = &[
     ("del", -2),
     ("discard", 1),
     ("echo", 2),
+    ("copy", -3),
     ("exec", 1),
     ("exists", -2),
     ("expire", -3),
     ("expireat", -3),
+    ("expiretime", 2),
     ("flushall", -1),
     ("flushdb", -1),
     ("get", 2),
+    ("getdel", 2),
+    ("getex", -2),
+    ("getrange", 4),
     ("getset", 3),
     ("hello", -1),
     ("incr", 2),
@@ -224,20 +229,27 @@ const COMMANDS: &[(&str, i32)] = &[
     ("keys", 2),
     ("mget", -2),
     ("mset", -3),
+    ("msetnx", -3),
     ("multi", 1),
     ("persist", 2),
     ("pexpire", -3),
     ("pexpireat", -3),
+    ("pexpiretime", 2),
     ("ping", -1),
     ("psetex", 4),
     ("pttl", 2),
     ("quit", -1),
+    ("rename", 3),
+    ("renamenx", 3),
     ("scan", -2),
     ("select", 2),
     ("set", -3),
     ("setex", 4),
     ("setnx", 3),
+    ("setrange", 4),
     ("strlen", 2),
+    ("substr", 4),
+    ("time", 1),
     ("ttl", 2),
     ("type", 2),
     ("unlink", -2),
@@ -322,6 +334,73 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
             Some(_) => reply("DB index is out of range"),
         },
         "hello" => hello(args),
+        "time" => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let mut out = Vec::new();
+            array(&mut out, 2);
+            bulk(&mut out, now.as_secs().to_string().as_bytes());
+            bulk(&mut out, now.subsec_micros().to_string().as_bytes());
+            Action::Reply(out)
+        }
+        "getdel" => Action::Store(Op::GetDel { key: key() }, Render::Bulk),
+        "getex" => getex(args),
+        "rename" | "renamenx" => Action::Store(
+            Op::Rename {
+                from: key(),
+                to: args[2].clone(),
+                nx: cmd == "renamenx",
+            },
+            if cmd == "rename" {
+                Render::Ok
+            } else {
+                Render::Bool
+            },
+        ),
+        "copy" => copy(args),
+        "setrange" => match parse_int(&args[2]) {
+            None => reply(NOT_INTEGER),
+            Some(n) if n < 0 => reply("offset is out of range"),
+            Some(n) => Action::Store(
+                Op::SetRange {
+                    key: key(),
+                    offset: n as u64,
+                    value: args[3].clone(),
+                    max_len: u64::MAX,
+                },
+                Render::Int,
+            ),
+        },
+        "getrange" | "substr" => match (parse_int(&args[2]), parse_int(&args[3])) {
+            (Some(start), Some(end)) => Action::Store(
+                Op::GetRange {
+                    key: key(),
+                    start,
+                    end,
+                },
+                Render::Bulk,
+            ),
+            _ => reply(NOT_INTEGER),
+        },
+        "msetnx" => {
+            if args.len() % 2 != 1 {
+                return reply(wrong_arity(cmd));
+            }
+            let pairs = args[1..]
+                .chunks_exact(2)
+                .map(|kv| (kv[0].clone(), kv[1].clone()))
+                .collect();
+            Action::Store(Op::MSetNx { pairs }, Render::Int)
+        }
+        "expiretime" | "pexpiretime" => Action::Store(
+            Op::ExpireTime { key: key() },
+            if cmd == "expiretime" {
+                Render::TtlSeconds
+            } else {
+                Render::TtlMillis
+            },
+        ),
         "multi" => Action::Tx(TxCmd::Multi),
         "exec" => Action::Tx(TxCmd::Exec),
         "discard" => Action::Tx(TxCmd::Discard),
@@ -725,17 +804,37 @@ fn relative_expiry(cmd: &str, value: &[u8], unit_ms: i64) -> Result<i64, Vec<u8>
     }
 }
 
-/// `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT key time`. A time in the past deletes the key.
+/// `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT key time [NX|XX|GT|LT]`. A time in the past
+/// deletes the key (if the condition holds).
 fn expire(cmd: &str, args: &[Vec<u8>]) -> Action {
-    if let Some(opt) = args.get(3) {
-        let lopt = opt.to_ascii_lowercase();
-        if [&b"nx"[..], b"xx", b"gt", b"lt"].contains(&lopt.as_slice()) {
-            return reply("the NX, XX, GT and LT options are not supported");
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &args[3..] {
+        match opt.to_ascii_lowercase().as_slice() {
+            b"nx" => nx = true,
+            b"xx" => xx = true,
+            b"gt" => gt = true,
+            b"lt" => lt = true,
+            _ => {
+                let mut msg = b"Unsupported option ".to_vec();
+                msg.extend_from_slice(c_str(opt, 128));
+                return Action::Reply(error_bytes(b"ERR", &msg));
+            }
         }
-        let mut msg = b"Unsupported option ".to_vec();
-        msg.extend_from_slice(c_str(opt, 128));
-        return Action::Reply(error_bytes(b"ERR", &msg));
     }
+    if nx && (xx || gt || lt) {
+        return reply("NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if gt && lt {
+        return reply("GT and LT options at the same time are not compatible");
+    }
+    let cond = match (nx, xx, gt, lt) {
+        (true, ..) => Some(ExpireCond::Nx),
+        (_, _, true, _) => Some(ExpireCond::Gt),
+        (_, true, _, true) => Some(ExpireCond::XxLt),
+        (_, _, _, true) => Some(ExpireCond::Lt),
+        (_, true, ..) => Some(ExpireCond::Xx),
+        _ => None,
+    };
     let Some(n) = parse_int(&args[2]) else {
         return reply(NOT_INTEGER);
     };
@@ -754,13 +853,92 @@ fn expire(cmd: &str, args: &[Vec<u8>]) -> Action {
     } else {
         Expiry::AfterMs(ms)
     };
-    Action::Store(
-        Op::Touch {
+    let op = match cond {
+        Some(cond) => Op::ExpireIf {
+            key: args[1].clone(),
+            expiry,
+            cond,
+        },
+        None => Op::Touch {
             keys: vec![args[1].clone()],
             expiry,
             get: false,
         },
-        Render::Bool,
+    };
+    Action::Store(op, Render::Bool)
+}
+
+/// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`.
+fn getex(args: &[Vec<u8>]) -> Action {
+    let mut expiry = None;
+    let mut j = 2;
+    while j < args.len() {
+        let opt = args[j].to_ascii_lowercase();
+        let next = args.get(j + 1);
+        let unit: Option<(bool, i64)> = match opt.as_slice() {
+            b"ex" => Some((false, 1000)),
+            b"px" => Some((false, 1)),
+            b"exat" => Some((true, 1000)),
+            b"pxat" => Some((true, 1)),
+            _ => None,
+        };
+        if opt == b"persist" && expiry.is_none() {
+            expiry = Some(Expiry::None);
+        } else if let (Some((abs, unit)), Some(v), None) = (unit, next, &expiry) {
+            let Some(n) = parse_int(v) else {
+                return reply(NOT_INTEGER);
+            };
+            let ms = n.checked_mul(unit).filter(|_| n > 0);
+            expiry = Some(match ms {
+                Some(ms) if abs => Expiry::AtMs(ms as u64),
+                Some(ms) if ms <= MAX_RELATIVE_MS => Expiry::AfterMs(ms),
+                _ => return Action::Reply(invalid_expire("getex")),
+            });
+            j += 1;
+        } else {
+            return reply(SYNTAX);
+        }
+        j += 1;
+    }
+    Action::Store(
+        Op::GetEx {
+            key: args[1].clone(),
+            expiry,
+        },
+        Render::Bulk,
+    )
+}
+
+/// `COPY source destination [DB 0] [REPLACE]`.
+fn copy(args: &[Vec<u8>]) -> Action {
+    let mut replace = false;
+    let mut j = 3;
+    while j < args.len() {
+        let opt = args[j].to_ascii_lowercase();
+        if opt == b"replace" {
+            replace = true;
+        } else if opt == b"db" && j + 1 < args.len() {
+            match parse_int(&args[j + 1]) {
+                Some(0) => {}
+                Some(_) => return reply("DB index is out of range"),
+                None => return reply(NOT_INTEGER),
+            }
+            j += 1;
+        } else {
+            return reply(SYNTAX);
+        }
+        j += 1;
+    }
+    if args[1] == args[2] {
+        return reply("source and destination objects are the same");
+    }
+    Action::Store(
+        Op::Copy {
+            from: args[1].clone(),
+            to: args[2].clone(),
+            replace,
+        },
+        Render::Int,
     )
 }
 
