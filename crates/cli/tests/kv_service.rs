@@ -285,6 +285,21 @@ fn redis_cli_every_command_through_every_replica() {
         );
         assert!(info.starts_with("# Server"), "INFO: {info}");
         assert!(info.contains("redis_version:"), "INFO: {info}");
+        for section in [
+            "# Memory",
+            "# Persistence",
+            "# Stats",
+            "# Replication",
+            "# CPU",
+            "# Raft",
+        ] {
+            assert!(info.contains(section), "INFO lacks {section}: {info}");
+        }
+        let cpu = redis_raw(a, &["INFO", "CPU"]);
+        assert!(
+            cpu.contains("used_cpu_user:") && !cpu.contains("used_memory"),
+            "INFO CPU: {cpu}"
+        );
         if (st_before.term, st_before.leader) == (st_after.term, st_after.leader) {
             for field in [
                 format!("raft_role:{}", st_after.role),

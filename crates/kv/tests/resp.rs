@@ -1,9 +1,9 @@
 //! The Redis front-end: parser, command translation and rendering, checked byte for byte.
 
 use waverunner_kv::resp::{
-    command, command_proto, decode_cursor, encode_cursor, parse_command, render, render_info,
-    render_info_proto, render_proto, Action, ClientCmd, Limits, Proto, ProtocolError, Render,
-    Session,
+    command, command_proto, decode_cursor, encode_cursor, parse_command, render,
+    render_info_sections, render_proto, Action, ClientCmd, InfoSection, Limits, Proto,
+    ProtocolError, Render, Session,
 };
 use waverunner_kv::store::ERR_TOO_LARGE;
 use waverunner_kv::{Cond, ExpireCond, Expiry, Item, Op, Response};
@@ -339,8 +339,11 @@ fn ping_echo_quit_select() {
         reply("SELECT x"),
         "-ERR value is not an integer or out of range\r\n"
     );
-    assert_eq!(command(&args("INFO")), Action::Info);
-    assert_eq!(command(&args("info keyspace")), Action::Info);
+    assert_eq!(command(&args("INFO")), Action::Info(vec![]));
+    assert_eq!(
+        command(&args("info KeySpace cpu")),
+        Action::Info(vec![k("keyspace"), k("cpu")])
+    );
 }
 
 #[test]
@@ -1139,29 +1142,52 @@ fn resp3_after_hello_3_as_redis_7_answers() {
     assert_eq!(r3("COMMAND INFO nope"), "*1\r\n_\r\n");
     assert_eq!(reply("COMMAND INFO nope"), "*1\r\n*-1\r\n");
     // INFO: a verbatim string of format txt.
-    let body = "# Server\r\nredis_version:7.0.0\r\na:b\r\n";
+    let body = "# Server\r\na:b\r\n";
+    let server = [InfoSection {
+        title: "Server",
+        default: true,
+        fields: vec![("a", "b".into())],
+    }];
     assert_eq!(
-        show(&render_info_proto(&[("a", "b".into())], Proto::Resp3)),
+        show(&render_info_sections(&server, &[], Proto::Resp3)),
         format!("={}\r\ntxt:{body}\r\n", body.len() + 4)
     );
 }
 
 #[test]
-fn info_rendering() {
-    let body = "# Server\r\nredis_version:7.0.0\r\nuptime_in_seconds:5\r\n\r\n# Keyspace\r\ndb0:keys=2\r\n";
-    assert_eq!(
-        show(&render_info(&[
-            ("uptime_in_seconds", "5".into()),
-            ("# Keyspace", String::new()),
-            ("db0", "keys=2".into()),
-        ])),
-        format!("${}\r\n{body}\r\n", body.len())
-    );
-    let body = "# Server\r\nredis_version:7.0.0\r\na:b c\r\n";
-    assert_eq!(
-        show(&render_info(&[("a", "b\nc".into())])),
-        format!("${}\r\n{body}\r\n", body.len())
-    );
+fn info_sections_are_chosen_as_redis_7_chooses() {
+    let sections = [
+        InfoSection {
+            title: "Server",
+            default: true,
+            fields: vec![("redis_version", "7.0.0".into())],
+        },
+        InfoSection {
+            title: "CPU",
+            default: true,
+            fields: vec![("used_cpu_user", "1.5".into())],
+        },
+        InfoSection {
+            title: "Extra",
+            default: false,
+            fields: vec![("x", "a\nb".into())],
+        },
+    ];
+    let info = |a: &[&str]| {
+        let a: Vec<Vec<u8>> = a.iter().map(|s| k(s)).collect();
+        show(&render_info_sections(&sections, &a, Proto::Resp2))
+    };
+    let body = "# Server\r\nredis_version:7.0.0\r\n\r\n# CPU\r\nused_cpu_user:1.5\r\n";
+    assert_eq!(info(&[]), format!("${}\r\n{body}\r\n", body.len()));
+    assert_eq!(info(&["default"]), info(&[]));
+    let cpu = "# CPU\r\nused_cpu_user:1.5\r\n";
+    assert_eq!(info(&["cpu"]), format!("${}\r\n{cpu}\r\n", cpu.len()));
+    assert_eq!(info(&["cpu", "cpu", "nosuch"]), info(&["cpu"]), "each once");
+    assert!(info(&["all"]).contains("# Extra\r\nx:a b\r\n"));
+    assert!(!info(&["default"]).contains("Extra"));
+    assert!(info(&["extra", "cpu"]).starts_with("$"));
+    assert!(info(&["everything"]).contains("redis_version"));
+    assert_eq!(info(&["nosuch"]), "$0\r\n\r\n");
 }
 
 #[test]

@@ -271,7 +271,7 @@ fn translate(args: &[Vec<u8>]) {
                 assert!(r.ends_with(b"\r\n"));
             }
         }
-        Action::Info | Action::Quit | Action::Client(_) | Action::Tx(_) => {}
+        Action::Info(_) | Action::Quit | Action::Client(_) | Action::Tx(_) => {}
     }
 }
 

@@ -10,8 +10,9 @@ pub enum Action {
     Reply(Vec<u8>),
     /// Have the store execute the operation, then write [`render`]`(&render, &response)`.
     Store(Op, Render),
-    /// `INFO`: write [`render_info`] with the server's fields.
-    Info,
+    /// `INFO [section…]`: write [`render_info_sections`] of the server's sections, the
+    /// arguments (lowercased) choosing which.
+    Info(Vec<Bytes>),
     /// `QUIT`: write `+OK\r\n`, then close the connection.
     Quit,
     /// `CLIENT SETNAME/GETNAME/ID/INFO`, `HELLO`: answered from per-connection state; write
@@ -327,7 +328,7 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
         },
         "echo" => Action::Reply(bulk_reply(&args[1])),
         "quit" => Action::Quit,
-        "info" => Action::Info,
+        "info" => Action::Info(args[1..].iter().map(|a| a.to_ascii_lowercase()).collect()),
         "select" => match parse_int(&args[1]) {
             None => reply(NOT_INTEGER),
             Some(0) => Action::Reply(b"+OK\r\n".to_vec()),

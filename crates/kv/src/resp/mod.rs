@@ -9,7 +9,7 @@
 //!    [`ProtocolError`] (reply [`ProtocolError::reply`], then close the connection).
 //! 2. [`command`] translates the arguments into an [`Action`]: a reply made without the store,
 //!    an [`Op`] for the replicated store with the [`Render`] to format its [`Response`] with
-//!    ([`render`]), `INFO` ([`render_info`]), a `CLIENT`/`HELLO` command answered from the
+//!    ([`render`]), `INFO` ([`render_info_sections`]), a `CLIENT`/`HELLO` command answered from the
 //!    connection's [`Session`], or `QUIT`.
 //!
 //! ```

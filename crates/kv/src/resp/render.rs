@@ -160,28 +160,48 @@ pub fn render_proto(render: &Render, resp: &Response, proto: Proto) -> Vec<u8> {
     out
 }
 
-/// The reply to `INFO`: a bulk string of `# Server`, `redis_version:7.0.0`, then a
-/// `name:value` line per field. A field whose name starts with `#` starts a new section: an
-/// empty line, then the name alone (`("# Keyspace", _)` → `\r\n# Keyspace`). CR and LF in
-/// names and values become spaces.
-pub fn render_info(fields: &[(&str, String)]) -> Vec<u8> {
-    render_info_proto(fields, Proto::Resp2)
+/// One `INFO` section: its title (`Server`, `CPU`, …) and `name:value` fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InfoSection {
+    /// The title, as printed after `# `; matched case-insensitively against `INFO`'s arguments.
+    pub title: &'static str,
+    /// Shown by `INFO` and `INFO default` (Redis's default sections), not only by `INFO all`.
+    pub default: bool,
+    /// The fields, in order.
+    pub fields: Vec<(&'static str, String)>,
 }
 
-/// [`render_info`] in `proto` (RESP3: a verbatim string).
-pub fn render_info_proto(fields: &[(&str, String)], proto: Proto) -> Vec<u8> {
-    let mut text = format!("# Server\r\nredis_version:{REDIS_VERSION}\r\n");
+/// The reply to `INFO [section…]` as Redis 7 selects: no argument or `default` gives the
+/// default sections, `all` and `everything` every one, other arguments the sections of that
+/// name (case-insensitive; unknown ones add nothing); several arguments their union, each
+/// section once, in the server's order. Sections are separated by an empty line; CR and LF in
+/// values become spaces.
+pub fn render_info_sections(sections: &[InfoSection], args: &[Bytes], proto: Proto) -> Vec<u8> {
+    let all = args
+        .iter()
+        .any(|a| a.as_slice() == b"all" || a.as_slice() == b"everything");
+    let default = args.is_empty() || args.iter().any(|a| a.as_slice() == b"default");
     let clean = |s: &str| s.replace(['\r', '\n'], " ");
-    for (name, value) in fields {
-        if name.starts_with('#') {
+    let mut text = String::new();
+    for s in sections {
+        let named = args
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(s.title.as_bytes()));
+        if !(all || named || (default && s.default)) {
+            continue;
+        }
+        if !text.is_empty() {
             text.push_str("\r\n");
-            text.push_str(&clean(name));
-        } else {
+        }
+        text.push_str("# ");
+        text.push_str(s.title);
+        text.push_str("\r\n");
+        for (name, value) in &s.fields {
             text.push_str(&clean(name));
             text.push(':');
             text.push_str(&clean(value));
+            text.push_str("\r\n");
         }
-        text.push_str("\r\n");
     }
     let mut out = Vec::with_capacity(text.len() + 16);
     verbatim(&mut out, text.as_bytes(), proto);

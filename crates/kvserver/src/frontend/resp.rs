@@ -25,34 +25,132 @@ struct Multi {
     dirty: bool,
 }
 
-fn info_fields(handle: &Handle) -> Vec<(&'static str, String)> {
+/// CPU seconds of `who` (`RUSAGE_SELF`, `RUSAGE_CHILDREN`): (system, user).
+fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
+    // SAFETY: getrusage writes one `rusage` into the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(ru.ru_stime), s(ru.ru_utime))
+}
+
+/// `INFO`'s sections, with the fields this replica knows (none it would have to make up).
+fn info_sections(handle: &Handle) -> Vec<resp::InfoSection> {
+    use resp::InfoSection as S;
     let st = handle.status();
+    let c = &st.counters;
+    let leader = st.role == "leader";
+    let (sys, user) = cpu_seconds(libc::RUSAGE_SELF);
+    let (csys, cuser) = cpu_seconds(libc::RUSAGE_CHILDREN);
     vec![
-        ("waverunner_version", env!("CARGO_PKG_VERSION").into()),
-        ("process_id", std::process::id().to_string()),
-        (
-            "role",
-            if st.role == "leader" {
-                "master"
+        S {
+            title: "Server",
+            default: true,
+            fields: vec![
+                ("redis_version", resp::REDIS_VERSION.into()),
+                ("redis_mode", "standalone".into()),
+                ("waverunner_version", env!("CARGO_PKG_VERSION").into()),
+                ("os", std::env::consts::OS.into()),
+                ("arch_bits", (usize::BITS).to_string()),
+                ("process_id", std::process::id().to_string()),
+            ],
+        },
+        S {
+            title: "Memory",
+            default: true,
+            fields: vec![
+                ("used_memory", st.used_memory.to_string()),
+                ("used_memory_human", human_bytes(st.used_memory)),
+                ("used_memory_rss", st.rss_bytes.to_string()),
+                ("used_memory_rss_human", human_bytes(st.rss_bytes)),
+                ("maxmemory", st.maxmemory.to_string()),
+                ("maxmemory_human", human_bytes(st.maxmemory)),
+                ("maxmemory_policy", "noeviction".into()),
+            ],
+        },
+        S {
+            title: "Persistence",
+            default: true,
+            fields: vec![
+                ("loading", "0".into()),
+                (
+                    "rdb_bgsave_in_progress",
+                    u8::from(st.snapshot.in_progress).to_string(),
+                ),
+                ("aof_enabled", "0".into()),
+                ("waverunner_durability", st.durability.clone()),
+                (
+                    "waverunner_snapshot_index",
+                    st.snapshot.last_index.to_string(),
+                ),
+                (
+                    "waverunner_snapshot_bytes",
+                    st.snapshot.last_bytes.to_string(),
+                ),
+            ],
+        },
+        S {
+            title: "Stats",
+            default: true,
+            fields: vec![
+                ("total_commands_processed", c.answered.to_string()),
+                ("rejected_requests_busy", c.busy.to_string()),
+                ("rejected_requests_oom", c.oom_refused.to_string()),
+                ("client_errors", c.client_errors.to_string()),
+            ],
+        },
+        S {
+            title: "Replication",
+            default: true,
+            fields: vec![
+                ("role", if leader { "master" } else { "slave" }.into()),
+                (
+                    "connected_slaves",
+                    if leader {
+                        st.voters.len().saturating_sub(1)
+                    } else {
+                        0
+                    }
+                    .to_string(),
+                ),
+                ("master_repl_offset", st.commit_index.to_string()),
+            ],
+        },
+        S {
+            title: "CPU",
+            default: true,
+            fields: vec![
+                ("used_cpu_sys", format!("{sys:.6}")),
+                ("used_cpu_user", format!("{user:.6}")),
+                ("used_cpu_sys_children", format!("{csys:.6}")),
+                ("used_cpu_user_children", format!("{cuser:.6}")),
+            ],
+        },
+        S {
+            title: "Raft",
+            default: true,
+            fields: vec![
+                ("raft_role", st.role.clone()),
+                ("raft_term", st.term.to_string()),
+                ("raft_leader", st.leader.to_string()),
+                ("raft_commit_index", st.commit_index.to_string()),
+                ("raft_applied_index", st.applied_index.to_string()),
+                ("raft_voters", format!("{:?}", st.voters)),
+                ("dataplane", st.dataplane.clone()),
+                ("read_mode", st.read_mode.clone()),
+            ],
+        },
+        S {
+            title: "Keyspace",
+            default: true,
+            fields: if st.keys > 0 {
+                vec![("db0", format!("keys={}", st.keys))]
             } else {
-                "slave"
-            }
-            .into(),
-        ),
-        ("raft_role", st.role.clone()),
-        ("raft_term", st.term.to_string()),
-        ("raft_leader", st.leader.to_string()),
-        ("raft_commit_index", st.commit_index.to_string()),
-        ("raft_applied_index", st.applied_index.to_string()),
-        ("db0_keys", st.keys.to_string()),
-        ("dataplane", st.dataplane.clone()),
-        ("# Memory", String::new()),
-        ("used_memory", st.used_memory.to_string()),
-        ("used_memory_human", human_bytes(st.used_memory)),
-        ("used_memory_rss", st.rss_bytes.to_string()),
-        ("maxmemory", st.maxmemory.to_string()),
-        ("maxmemory_human", human_bytes(st.maxmemory)),
-        ("maxmemory_policy", "noeviction".into()),
+                Vec::new()
+            },
+        },
     ]
 }
 
@@ -121,9 +219,11 @@ impl Conn {
                     with_limits(op, self.limits),
                     tcp::Render::Redis(render, proto),
                 ),
-                resp::Action::Info => {
-                    Item::Reply(resp::render_info_proto(&info_fields(handle), proto))
-                }
+                resp::Action::Info(args) => Item::Reply(resp::render_info_sections(
+                    &info_sections(handle),
+                    &args,
+                    proto,
+                )),
                 resp::Action::Client(cmd) => Item::Reply(self.session.client(&cmd)),
                 resp::Action::Quit => Item::Close(b"+OK\r\n".to_vec()),
                 resp::Action::Tx(tx) => {
@@ -208,9 +308,11 @@ impl Conn {
                     }
                     resp::Action::Reply(r) => ExecSlot::Ready(r),
                     resp::Action::Tx(resp::TxCmd::Unwatch) => ExecSlot::Ready(b"+OK\r\n".to_vec()),
-                    resp::Action::Info => {
-                        ExecSlot::Ready(resp::render_info_proto(&info_fields(handle), proto))
-                    }
+                    resp::Action::Info(args) => ExecSlot::Ready(resp::render_info_sections(
+                        &info_sections(handle),
+                        &args,
+                        proto,
+                    )),
                     resp::Action::Client(cmd) => ExecSlot::Ready(self.session.client(&cmd)),
                     resp::Action::Quit | resp::Action::Tx(_) => unreachable!("handled above"),
                 };
