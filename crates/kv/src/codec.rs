@@ -48,6 +48,10 @@
 //! | 27  | `MSetNx`   | `u32` count, (key, value) pairs |
 //! | 28  | `ExpireIf` | key, expiry, `u8` cond (1 NX, 2 XX, 3 GT, 4 LT, 5 XX LT) |
 //! | 29  | `ExpireTime` | key |
+//! | 30  | `IncrByFloat` | key, `u64` f64 bits |
+//! | 31  | `RandomKey` | `u64` seed |
+//! | 32  | `SetBit`   | key, `u64` offset, bool bit, `u64` max_len |
+//! | 33  | `GetBit`   | key, `u64` offset |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -122,6 +126,10 @@ const OP_GETRANGE: u8 = 26;
 const OP_MSETNX: u8 = 27;
 const OP_EXPIREIF: u8 = 28;
 const OP_EXPIRETIME: u8 = 29;
+const OP_INCRBYFLOAT: u8 = 30;
+const OP_RANDOMKEY: u8 = 31;
+const OP_SETBIT: u8 = 32;
+const OP_GETBIT: u8 = 33;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -339,6 +347,32 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             out.push(OP_EXPIRETIME);
             put_bytes(out, key);
         }
+        Op::IncrByFloat { key, delta } => {
+            out.push(OP_INCRBYFLOAT);
+            put_bytes(out, key);
+            put_u64(out, *delta);
+        }
+        Op::RandomKey { seed } => {
+            out.push(OP_RANDOMKEY);
+            put_u64(out, *seed);
+        }
+        Op::SetBit {
+            key,
+            offset,
+            bit,
+            max_len,
+        } => {
+            out.push(OP_SETBIT);
+            put_bytes(out, key);
+            put_u64(out, *offset);
+            out.push(u8::from(*bit));
+            put_u64(out, *max_len);
+        }
+        Op::GetBit { key, offset } => {
+            out.push(OP_GETBIT);
+            put_bytes(out, key);
+            put_u64(out, *offset);
+        }
         Op::Multi(ops) => {
             assert!(
                 !ops.is_empty()
@@ -403,6 +437,8 @@ fn is_read_only_tag(tag: u8) -> bool {
             | OP_SCAN
             | OP_GETRANGE
             | OP_EXPIRETIME
+            | OP_RANDOMKEY
+            | OP_GETBIT
     )
 }
 
@@ -563,6 +599,21 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
             },
         },
         OP_EXPIRETIME => Op::ExpireTime { key: r.bytes()? },
+        OP_INCRBYFLOAT => Op::IncrByFloat {
+            key: r.bytes()?,
+            delta: r.u64()?,
+        },
+        OP_RANDOMKEY => Op::RandomKey { seed: r.u64()? },
+        OP_SETBIT => Op::SetBit {
+            key: r.bytes()?,
+            offset: r.u64()?,
+            bit: r.bool()?,
+            max_len: r.u64()?,
+        },
+        OP_GETBIT => Op::GetBit {
+            key: r.bytes()?,
+            offset: r.u64()?,
+        },
         OP_MULTI => {
             let n = r.count(5)?;
             if n == 0 {
@@ -982,6 +1033,21 @@ mod tests {
                 cond: ExpireCond::Gt,
             },
             Op::ExpireTime { key: k() },
+            Op::IncrByFloat {
+                key: k(),
+                delta: 1.5f64.to_bits(),
+            },
+            Op::RandomKey { seed: 7 },
+            Op::SetBit {
+                key: k(),
+                offset: 9,
+                bit: true,
+                max_len: 9,
+            },
+            Op::GetBit {
+                key: k(),
+                offset: 9,
+            },
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -992,9 +1058,9 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_EXPIRETIME).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_GETBIT).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_EXPIRETIME + 1]));
+        assert!(!is_read_only_command(&[OP_GETBIT + 1]));
         // A batch reads only if all of it does; a malformed one is not a read.
         let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
         let mut b = Vec::new();

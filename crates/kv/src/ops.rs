@@ -174,6 +174,24 @@ pub enum Op {
     /// The absolute expiry time of a key in ms since the Unix epoch (`EXPIRETIME`,
     /// `PEXPIRETIME`): `Int(ms)`, -1 without expiry, -2 for an absent key.
     ExpireTime { key: Bytes },
+    /// Add a float to a value (`INCRBYFLOAT`; `delta` is an `f64`'s bits): `Items([the new
+    /// value])`, written without an exponent and without a negative zero; a value that is not
+    /// a float, or a result that is not finite, is refused.
+    IncrByFloat { key: Bytes, delta: u64 },
+    /// A key picked from `seed` (`RANDOMKEY`; the seed travels with the operation, so a pick
+    /// through the log is the same on every replica): `Items([Some(item whose value is the
+    /// key)])`, `Items([None])` when there is none.
+    RandomKey { seed: u64 },
+    /// Set or clear one bit (`SETBIT`; bit 0 is the first byte's most significant), padding
+    /// with zero bytes: `Int(the old bit)`; a result longer than `max_len` is refused.
+    SetBit {
+        key: Bytes,
+        offset: u64,
+        bit: bool,
+        max_len: u64,
+    },
+    /// One bit of a value (`GETBIT`): `Int(0|1)`, 0 past the end or for an absent key.
+    GetBit { key: Bytes, offset: u64 },
     /// A transaction (`MULTI` … `EXEC`): its operations applied in order with nothing between
     /// them, on every replica (one log entry, never split: a front-end that sends a batch
     /// again piece by piece sends a transaction whole). It may sit in a batch; it holds

@@ -68,6 +68,52 @@ pub const ERR_TOO_LARGE: &str = "string exceeds maximum allowed size";
 pub const ERR_NOT_READ_ONLY: &str = "not a read-only operation";
 /// `RENAME` of an absent key.
 pub const ERR_NO_SUCH_KEY: &str = "no such key";
+/// `INCRBYFLOAT` on a value that is not a float.
+pub const ERR_NOT_FLOAT: &str = "value is not a valid float";
+/// `INCRBYFLOAT` whose result is not finite.
+pub const ERR_NAN_OR_INF: &str = "increment would produce NaN or Infinity";
+
+/// A float as Redis's `INCRBYFLOAT` reads a value: the whole string, no spaces, not NaN.
+pub fn parse_f64(v: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(v).ok()?;
+    if s.is_empty() || s.trim() != s {
+        return None;
+    }
+    s.parse::<f64>().ok().filter(|x| !x.is_nan())
+}
+
+/// A float as `INCRBYFLOAT` writes it: the shortest text that reads back as the same `f64`,
+/// without an exponent, `0` for zero of either sign.
+pub fn format_f64(x: f64) -> String {
+    if x == 0.0 {
+        return "0".into();
+    }
+    format!("{x}")
+}
+
+/// A key between `min` and `max` (inclusive, in byte order) picked from `seed`: their
+/// common prefix, then random bytes within the bounds at the first difference and after.
+/// Keys sharing a long prefix (`user:1` … `user:999`) are spread over, not only the first.
+fn random_between(min: &[u8], max: &[u8], seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let common = min.iter().zip(max).take_while(|(a, b)| a == b).count();
+    let mut out = min[..common].to_vec();
+    let lo = u64::from(min.get(common).copied().unwrap_or(0));
+    let hi = u64::from(max.get(common).copied().unwrap_or(0));
+    if hi > lo {
+        out.push((lo + next() % (hi - lo + 1)) as u8);
+        for _ in 0..8 {
+            out.push(next() as u8);
+        }
+    }
+    out
+}
 
 /// The bytes `start..=end` of `v` as Redis's `GETRANGE` takes them: negative positions count
 /// from the end, both are clamped to the value, and an empty range is empty.
@@ -138,6 +184,8 @@ impl Op {
                     | Op::Scan { .. }
                     | Op::GetRange { .. }
                     | Op::ExpireTime { .. }
+                    | Op::RandomKey { .. }
+                    | Op::GetBit { .. }
             ),
         }
     }
@@ -438,7 +486,9 @@ impl KvStore {
             | Op::Keys { .. }
             | Op::Scan { .. }
             | Op::GetRange { .. }
-            | Op::ExpireTime { .. } => self.answer(self.now_ms, op),
+            | Op::ExpireTime { .. }
+            | Op::RandomKey { .. }
+            | Op::GetBit { .. } => self.answer(self.now_ms, op),
             Op::Set {
                 key,
                 value,
@@ -711,6 +761,61 @@ impl KvStore {
                 }
                 Response::Int(1)
             }
+            Op::IncrByFloat { key, delta } => {
+                self.purge(key);
+                let old = self.items.get(key.as_slice()).cloned();
+                let base = match &old {
+                    None => 0.0,
+                    Some(e) => match parse_f64(e.value()) {
+                        Some(v) => v,
+                        None => return Response::Error(ERR_NOT_FLOAT.into()),
+                    },
+                };
+                let new = base + f64::from_bits(*delta);
+                if !new.is_finite() {
+                    return Response::Error(ERR_NAN_OR_INF.into());
+                }
+                let text = format_f64(new);
+                let (flags, expire_at) = old
+                    .as_ref()
+                    .map_or((0, None), |e| (e.flags(), e.expire_at()));
+                self.store(key, text.as_bytes(), flags, index, expire_at);
+                Response::Items(vec![Some(Item {
+                    value: text.into_bytes(),
+                    flags,
+                    cas: index,
+                })])
+            }
+            Op::SetBit {
+                key,
+                offset,
+                bit,
+                max_len,
+            } => {
+                self.purge(key);
+                let byte = offset / 8;
+                if byte >= *max_len {
+                    return Response::Error(ERR_TOO_LARGE.into());
+                }
+                let old = self.items.get(key.as_slice()).cloned();
+                let mut v = old.as_ref().map_or_else(Vec::new, |e| e.value().to_vec());
+                let byte = byte as usize;
+                if v.len() <= byte {
+                    v.resize(byte + 1, 0);
+                }
+                let mask = 0x80u8 >> (offset % 8);
+                let was = v[byte] & mask != 0;
+                if *bit {
+                    v[byte] |= mask;
+                } else {
+                    v[byte] &= !mask;
+                }
+                let (flags, expire_at) = old
+                    .as_ref()
+                    .map_or((0, None), |e| (e.flags(), e.expire_at()));
+                self.store(key, &v, flags, index, expire_at);
+                Response::Int(i64::from(was))
+            }
             Op::ExpireIf { key, expiry, cond } => {
                 self.purge(key);
                 let Some(e) = self.items.get(key.as_slice()) else {
@@ -841,6 +946,38 @@ impl KvStore {
                 let mut item = e.item();
                 item.value = byte_range(&item.value, *start, *end).to_vec();
                 Response::Items(vec![Some(item)])
+            }
+            Op::GetBit { key, offset } => {
+                let Some(e) = self.live(key, now) else {
+                    return Response::Int(0);
+                };
+                let v = e.value();
+                let byte = usize::try_from(offset / 8).unwrap_or(usize::MAX);
+                let mask = 0x80u8 >> (offset % 8);
+                Response::Int(i64::from(v.get(byte).is_some_and(|b| b & mask != 0)))
+            }
+            Op::RandomKey { seed } => {
+                let (Some(min), Some(max)) = (self.items.get_min(), self.items.get_max()) else {
+                    return Response::Items(vec![None]);
+                };
+                let probe = random_between(min.key(), max.key(), *seed);
+                // The first live key from the probe on, wrapping around once; expired items
+                // not yet swept are stepped over.
+                let from = self
+                    .items
+                    .range::<_, [u8]>((Bound::Included(probe.as_slice()), Bound::Unbounded));
+                let to = self
+                    .items
+                    .range::<_, [u8]>((Bound::Unbounded, Bound::Excluded(probe.as_slice())));
+                let key = from
+                    .chain(to)
+                    .find(|e| e.live(now))
+                    .map(|e| e.key().to_vec());
+                Response::Items(vec![key.map(|k| Item {
+                    value: k,
+                    flags: 0,
+                    cas: 0,
+                })])
             }
             Op::ExpireTime { key } => {
                 Response::Int(match self.live(key, now).map(Rec::expire_at) {

@@ -1954,3 +1954,65 @@ fn expire_with_nx_xx_gt_lt() {
     assert_eq!(l.apply(exp(100, Lt)), Response::Int(0));
     l.s.check_invariants();
 }
+
+#[test]
+fn incrbyfloat_setbit_getbit_randomkey() {
+    use waverunner_kv::store::{ERR_NAN_OR_INF, ERR_NOT_FLOAT};
+    let mut l = Log::new(1000);
+    let incr = |k: &str, d: f64| Op::IncrByFloat {
+        key: b(k),
+        delta: d.to_bits(),
+    };
+    let text = |r: Response| match r {
+        Response::Items(mut v) => String::from_utf8(v.pop().unwrap().unwrap().value).unwrap(),
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(text(l.apply(incr("f", 10.5))), "10.5");
+    assert_eq!(text(l.apply(incr("f", 0.1))), "10.6");
+    l.apply(set("g", "5.0e3"));
+    assert_eq!(text(l.apply(incr("g", 17179869184.0))), "17179874184");
+    l.apply(set("h", "5.0"));
+    assert_eq!(text(l.apply(incr("h", -1.1))), "3.9");
+    let third = 1.0 / 41.0;
+    assert_eq!(text(l.apply(incr("z", third))), format!("{third}"));
+    assert_eq!(text(l.apply(incr("z", -third))), "0", "no negative zero");
+    l.apply(set("s", " 11"));
+    assert_eq!(l.apply(incr("s", 1.0)), err(ERR_NOT_FLOAT));
+    l.apply(set("n", "0"));
+    assert_eq!(l.apply(incr("n", f64::INFINITY)), err(ERR_NAN_OR_INF));
+    assert_eq!(l.value("n").unwrap().value, b("0"));
+    // Bits: bit 0 is the first byte's most significant; growth pads with zero bytes.
+    let setbit = |k: &str, offset: u64, bit: bool| Op::SetBit {
+        key: b(k),
+        offset,
+        bit,
+        max_len: 8,
+    };
+    let getbit = |k: &str, offset: u64| Op::GetBit { key: b(k), offset };
+    assert_eq!(l.apply(setbit("b", 1, true)), Response::Int(0));
+    assert_eq!(l.value("b").unwrap().value, vec![0x40]);
+    assert_eq!(l.apply(setbit("b", 1, true)), Response::Int(1));
+    assert_eq!(l.apply(setbit("b", 15, true)), Response::Int(0));
+    assert_eq!(l.value("b").unwrap().value, vec![0x40, 0x01]);
+    assert_eq!(l.apply(setbit("b", 1, false)), Response::Int(1));
+    assert_eq!(l.read(getbit("b", 15)), Response::Int(1));
+    assert_eq!(l.read(getbit("b", 1)), Response::Int(0));
+    assert_eq!(l.read(getbit("b", 1000)), Response::Int(0));
+    assert_eq!(l.read(getbit("nope", 0)), Response::Int(0));
+    assert_eq!(l.apply(setbit("b", 64, true)), err(ERR_TOO_LARGE));
+    // RANDOMKEY: the same seed the same key (so replicas agree); over seeds, keys spread
+    // even when they share a prefix; none in an empty store.
+    let mut r = Log::new(1000);
+    assert_eq!(r.read(Op::RandomKey { seed: 1 }), items(vec![None]));
+    for i in 0..50 {
+        r.apply(set(&format!("user:{i}"), "x"));
+    }
+    let pick = |r: &mut Log, seed| match r.read(Op::RandomKey { seed }) {
+        Response::Items(mut v) => v.pop().unwrap().unwrap().value,
+        x => panic!("{x:?}"),
+    };
+    assert_eq!(pick(&mut r, 42), pick(&mut r, 42));
+    let seen: std::collections::BTreeSet<Vec<u8>> = (0..200).map(|s| pick(&mut r, s)).collect();
+    assert!(seen.len() >= 10, "only {} keys picked", seen.len());
+    l.s.check_invariants();
+}

@@ -100,6 +100,8 @@ impl StateMachine for KvMachine {
                         | Op::SetRange { .. }
                         | Op::MSetNx { .. }
                         | Op::Copy { .. }
+                        | Op::IncrByFloat { .. }
+                        | Op::SetBit { .. }
                 ),
             }
         }

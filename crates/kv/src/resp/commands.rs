@@ -219,6 +219,7 @@ const COMMANDS: &[(&str, i32)] = &[
     ("flushall", -1),
     ("flushdb", -1),
     ("get", 2),
+    ("getbit", 3),
     ("getdel", 2),
     ("getex", -2),
     ("getrange", 4),
@@ -226,6 +227,7 @@ const COMMANDS: &[(&str, i32)] = &[
     ("hello", -1),
     ("incr", 2),
     ("incrby", 3),
+    ("incrbyfloat", 3),
     ("info", -1),
     ("keys", 2),
     ("mget", -2),
@@ -240,11 +242,13 @@ const COMMANDS: &[(&str, i32)] = &[
     ("psetex", 4),
     ("pttl", 2),
     ("quit", -1),
+    ("randomkey", 1),
     ("rename", 3),
     ("renamenx", 3),
     ("scan", -2),
     ("select", 2),
     ("set", -3),
+    ("setbit", 4),
     ("setex", 4),
     ("setnx", 3),
     ("setrange", 4),
@@ -346,6 +350,52 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
             Action::Reply(out)
         }
         "getdel" => Action::Store(Op::GetDel { key: key() }, Render::Bulk),
+        "incrbyfloat" => match crate::store::parse_f64(&args[2]) {
+            Some(d) => Action::Store(
+                Op::IncrByFloat {
+                    key: key(),
+                    delta: d.to_bits(),
+                },
+                Render::Bulk,
+            ),
+            None => reply(crate::store::ERR_NOT_FLOAT),
+        },
+        "randomkey" => {
+            use std::hash::{BuildHasher, Hasher};
+            let seed = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish();
+            Action::Store(Op::RandomKey { seed }, Render::Bulk)
+        }
+        "setbit" | "getbit" => {
+            let offset = parse_int(&args[2]).filter(|&n| (0..1 << 32).contains(&n));
+            let Some(offset) = offset else {
+                return reply("bit offset is not an integer or out of range");
+            };
+            if cmd == "getbit" {
+                return Action::Store(
+                    Op::GetBit {
+                        key: key(),
+                        offset: offset as u64,
+                    },
+                    Render::Int,
+                );
+            }
+            let bit = match args[3].as_slice() {
+                b"0" => false,
+                b"1" => true,
+                _ => return reply("bit is not an integer or out of range"),
+            };
+            Action::Store(
+                Op::SetBit {
+                    key: key(),
+                    offset: offset as u64,
+                    bit,
+                    max_len: u64::MAX,
+                },
+                Render::Int,
+            )
+        }
         "getex" => getex(args),
         "rename" | "renamenx" => Action::Store(
             Op::Rename {

@@ -54,8 +54,10 @@ impl Limits {
 /// may build is `max_value`. The limit travels in the log entry, so every replica enforces the
 /// same one whatever its own configuration.
 pub(super) fn with_limits(mut op: Op, limits: Limits) -> Op {
-    if let Op::Append { max_len, .. } | Op::Prepend { max_len, .. } | Op::SetRange { max_len, .. } =
-        &mut op
+    if let Op::Append { max_len, .. }
+    | Op::Prepend { max_len, .. }
+    | Op::SetRange { max_len, .. }
+    | Op::SetBit { max_len, .. } = &mut op
     {
         *max_len = limits.max_value as u64;
     }
