@@ -27,7 +27,8 @@
 //! ```
 //!
 //! Commands are case-sensitive and tokens are separated by spaces, as in memcached. The meta
-//! commands (`mg`, `ms`, …) are not supported (`ERROR`).
+//! commands `mn`, `mg`, `ms`, `md`, `ma` and `me` are supported with the flags listed at
+//! [`Meta`]; another flag gets `CLIENT_ERROR invalid flag`.
 //!
 //! # Expiry times
 //!
@@ -37,7 +38,7 @@
 
 use std::fmt;
 
-use crate::ops::{Bytes, Cond, Expiry, Op, Response};
+use crate::ops::{Bytes, Cond, Expiry, Item, Op, Response};
 use crate::store::ERR_TOO_LARGE;
 
 /// The largest exptime taken as relative, in seconds (30 days).
@@ -184,6 +185,55 @@ pub enum McCommand {
     },
     /// `quit`: close the connection.
     Quit,
+    /// A meta command (`mn`, `mg`, `ms`, `md`, `ma`, `me`).
+    Meta(Meta),
+}
+
+/// Which meta command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaCmd {
+    /// `mn`: `MN`.
+    Noop,
+    /// `mg key flags*`: `v` value, `f` client flags, `t` TTL left (s, -1 none), `s` size,
+    /// `k` key, `c` CAS, `O…` opaque, `q` no `EN` on a miss, `T…` set the TTL.
+    Get,
+    /// `ms key datalen flags*` and the data block: `F…` client flags, `T…` TTL, `C…` compare
+    /// CAS, `M…` mode (`S` set, `E` add, `A` append, `P` prepend, `R` replace), `c` return
+    /// the new CAS, `k`, `O…`, `q` no `HD`.
+    Set,
+    /// `md key flags*`: `k`, `O…`, `q` no `HD`.
+    Delete,
+    /// `ma key flags*`: `D…` delta (1), `M…` mode (`I`/`+` incr, `D`/`-` decr), `v` the
+    /// value, `k`, `O…`, `q` no `HD`.
+    Arith,
+    /// `me key`: one line about the item (`exp`, `cas`, `size`), `EN` if absent.
+    Debug,
+}
+
+/// A meta command: the key, its flags (the flag letter and its token) in order, and `ms`'s
+/// data block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Which command.
+    pub cmd: MetaCmd,
+    /// The key (empty for `mn`).
+    pub key: Bytes,
+    /// The flags as sent: letter and token (empty for a flag without one).
+    pub flags: Vec<(u8, Bytes)>,
+    /// `ms`: the data block, without its `\r\n`.
+    pub value: Bytes,
+}
+
+/// The flags each meta command takes (others: `CLIENT_ERROR invalid flag`).
+fn meta_flags(cmd: MetaCmd) -> &'static [u8] {
+    match cmd {
+        MetaCmd::Noop => b"",
+        MetaCmd::Get => b"vftskcOqT",
+        MetaCmd::Set => b"FTCMckOq",
+        MetaCmd::Delete => b"kOq",
+        MetaCmd::Arith => b"DMvkOq",
+        MetaCmd::Debug => b"",
+    }
 }
 
 /// What was wrong with a command.
@@ -205,6 +255,8 @@ pub enum McErrorKind {
     BadDataChunk,
     /// `SERVER_ERROR object too large for cache`: the value exceeds [`Limits::max_value`].
     TooLarge,
+    /// `CLIENT_ERROR invalid flag`: a meta command's flag it does not take.
+    InvalidFlag,
 }
 
 impl McErrorKind {
@@ -221,6 +273,7 @@ impl McErrorKind {
             McErrorKind::LineTooLong => "CLIENT_ERROR line too long",
             McErrorKind::BadDataChunk => "CLIENT_ERROR bad data chunk",
             McErrorKind::TooLarge => "SERVER_ERROR object too large for cache",
+            McErrorKind::InvalidFlag => "CLIENT_ERROR invalid flag",
         }
     }
 }
@@ -433,6 +486,78 @@ pub fn parse_command(buf: &[u8], limits: &Limits) -> Result<Option<(McCommand, u
             args: tokens[1..].iter().map(|t| t.to_vec()).collect(),
         },
         b"quit" => McCommand::Quit,
+        b"mn" => McCommand::Meta(Meta {
+            cmd: MetaCmd::Noop,
+            key: Vec::new(),
+            flags: Vec::new(),
+            value: Vec::new(),
+        }),
+        b"mg" | b"md" | b"ma" | b"me" | b"ms" => {
+            let cmd = match name {
+                b"mg" => MetaCmd::Get,
+                b"md" => MetaCmd::Delete,
+                b"ma" => MetaCmd::Arith,
+                b"me" => MetaCmd::Debug,
+                _ => MetaCmd::Set,
+            };
+            if n < 2 {
+                return Err(fail(McErrorKind::UnknownCommand, false));
+            }
+            if !key_ok(tokens[1]) {
+                return Err(fail(McErrorKind::BadFormat, false));
+            }
+            let first_flag = if cmd == MetaCmd::Set { 3 } else { 2 };
+            let mut flags = Vec::new();
+            for t in tokens.iter().skip(first_flag) {
+                if !meta_flags(cmd).contains(&t[0]) {
+                    return Err(fail(McErrorKind::InvalidFlag, false));
+                }
+                flags.push((t[0], t[1..].to_vec()));
+            }
+            let mut meta = Meta {
+                cmd,
+                key: tokens[1].to_vec(),
+                flags,
+                value: Vec::new(),
+            };
+            if cmd != MetaCmd::Set {
+                McCommand::Meta(meta)
+            } else {
+                // ms key datalen flags*, then the data block.
+                let Some(bytes) = tokens
+                    .get(2)
+                    .and_then(|t| parse_u64(t))
+                    .filter(|&b| b <= i32::MAX as u64 - 2)
+                else {
+                    return Err(fail(McErrorKind::BadFormat, false));
+                };
+                let bytes = bytes as usize;
+                let total = line_len.saturating_add(bytes).saturating_add(2);
+                if bytes > limits.max_value {
+                    return Err(McError {
+                        kind: McErrorKind::TooLarge,
+                        skip: total,
+                        close: false,
+                        noreply: false,
+                    });
+                }
+                let data_end = line_len + bytes;
+                match buf.get(data_end..total) {
+                    Some(b"\r\n") => {}
+                    Some(_) => {
+                        return Err(McError {
+                            kind: McErrorKind::BadDataChunk,
+                            skip: total,
+                            close: false,
+                            noreply: false,
+                        })
+                    }
+                    None => return Ok(None),
+                }
+                meta.value = buf[line_len..data_end].to_vec();
+                return Ok(Some((McCommand::Meta(meta), total)));
+            }
+        }
         _ => return Err(fail(McErrorKind::UnknownCommand, false)),
     };
     Ok(Some((cmd, line_len)))
@@ -632,6 +757,16 @@ pub enum McRender {
     Touched,
     /// `OK` (`flush_all`).
     Ok,
+    /// A meta command's reply: the code (`VA`, `HD`, `EN`, `NS`, `EX`, `NF`, `ME`) and the
+    /// flags asked for, in the order asked; `q` suppresses the codes memcached suppresses.
+    Meta {
+        /// Which command.
+        cmd: MetaCmd,
+        /// The key.
+        key: Bytes,
+        /// The flags as sent.
+        flags: Vec<(u8, Bytes)>,
+    },
 }
 
 /// Translates a parsed command into what to do.
@@ -761,6 +896,279 @@ pub fn command(cmd: McCommand) -> McAction {
             Some(_) => McAction::Reply(b"ERROR\r\n".to_vec()),
         },
         McCommand::Quit => McAction::Quit,
+        McCommand::Meta(m) => meta_command(m),
+    }
+}
+
+/// A meta command into what to do (see [`MetaCmd`] for the flags each takes).
+fn meta_command(m: Meta) -> McAction {
+    let has = |f: u8| m.flags.iter().any(|(c, _)| *c == f);
+    let token = |f: u8| {
+        m.flags
+            .iter()
+            .find(|(c, _)| *c == f)
+            .map(|(_, t)| t.as_slice())
+    };
+    let bad = || McAction::Reply(b"CLIENT_ERROR bad token in command line format\r\n".to_vec());
+    let key = m.key.clone();
+    let op = match m.cmd {
+        MetaCmd::Noop => return McAction::Reply(b"MN\r\n".to_vec()),
+        MetaCmd::Get => {
+            let get = match token(b'T') {
+                Some(t) => match exptime(t) {
+                    Some(e) => Op::Touch {
+                        keys: vec![key.clone()],
+                        expiry: expiry(e),
+                        get: true,
+                    },
+                    None => return bad(),
+                },
+                None => Op::Get {
+                    keys: vec![key.clone()],
+                },
+            };
+            if has(b't') {
+                Op::Multi(vec![get, Op::Ttl { key }])
+            } else {
+                get
+            }
+        }
+        MetaCmd::Set => {
+            let flags = match token(b'F') {
+                Some(t) => match parse_u64(t).and_then(|f| u32::try_from(f).ok()) {
+                    Some(f) => f,
+                    None => return bad(),
+                },
+                None => 0,
+            };
+            let exp = match token(b'T') {
+                Some(t) => match exptime(t) {
+                    Some(e) => expiry(e),
+                    None => return bad(),
+                },
+                None => Expiry::None,
+            };
+            let compare = match token(b'C') {
+                Some(t) => match parse_u64(t) {
+                    Some(c) => Some(c),
+                    None => return bad(),
+                },
+                None => None,
+            };
+            let value = m.value.clone();
+            let set = |cond| Op::Set {
+                key: key.clone(),
+                value: value.clone(),
+                flags,
+                expiry: exp.clone(),
+                cond,
+                get_old: false,
+            };
+            let mode = token(b'M').map_or(b'S', |t| t.first().copied().unwrap_or(0));
+            let op = match (mode, compare) {
+                (b'S' | b's', Some(unique)) => Op::Cas {
+                    key: key.clone(),
+                    value: value.clone(),
+                    flags,
+                    expiry: exp.clone(),
+                    unique,
+                },
+                (b'S' | b's', None) => set(Cond::Always),
+                (b'E' | b'e', None) => set(Cond::IfAbsent),
+                (b'R' | b'r', None) => set(Cond::IfPresent),
+                (b'A' | b'a', None) => Op::Append {
+                    key: key.clone(),
+                    value,
+                    must_exist: true,
+                    max_len: u64::MAX,
+                },
+                (b'P' | b'p', None) => Op::Prepend {
+                    key: key.clone(),
+                    value,
+                    max_len: u64::MAX,
+                },
+                _ => return bad(),
+            };
+            if has(b'c') {
+                Op::Multi(vec![op, Op::Get { keys: vec![key] }])
+            } else {
+                op
+            }
+        }
+        MetaCmd::Delete => Op::Del { keys: vec![key] },
+        MetaCmd::Arith => {
+            let delta = match token(b'D') {
+                Some(t) => match parse_u64(t) {
+                    Some(d) => d,
+                    None => return bad(),
+                },
+                None => 1,
+            };
+            let decr = match token(b'M').and_then(|t| t.first()) {
+                None | Some(b'I' | b'i' | b'+') => false,
+                Some(b'D' | b'd' | b'-') => true,
+                Some(_) => return bad(),
+            };
+            Op::McIncr { key, delta, decr }
+        }
+        MetaCmd::Debug => Op::Multi(vec![
+            Op::Get {
+                keys: vec![key.clone()],
+            },
+            Op::Ttl { key },
+        ]),
+    };
+    McAction::Store {
+        op,
+        render: McRender::Meta {
+            cmd: m.cmd,
+            key: m.key,
+            flags: m.flags,
+        },
+        noreply: false,
+    }
+}
+
+/// A meta command's reply from the store's response.
+fn render_meta(cmd: MetaCmd, key: &[u8], flags: &[(u8, Bytes)], resp: &Response) -> Vec<u8> {
+    let quiet = flags.iter().any(|(c, _)| *c == b'q');
+    let wants = |f: u8| flags.iter().any(|(c, _)| *c == f);
+    // The flags a reply carries back, in the order asked: those of `allowed` that have a value.
+    let ret = |allowed: &[u8], item: Option<&Item>, ttl_ms: Option<i64>, cas: Option<u64>| {
+        let mut out = Vec::new();
+        for (f, tok) in flags {
+            if !allowed.contains(f) {
+                continue;
+            }
+            let v: Option<Vec<u8>> = match f {
+                b'f' => item.map(|i| i.flags.to_string().into_bytes()),
+                b's' => item.map(|i| i.value.len().to_string().into_bytes()),
+                b't' => ttl_ms.map(|t| {
+                    // Whole seconds left, as memcached's second clock counts them.
+                    if t < 0 { -1 } else { t / 1000 }.to_string().into_bytes()
+                }),
+                b'c' => cas
+                    .or(item.map(|i| i.cas))
+                    .map(|c| c.to_string().into_bytes()),
+                b'k' => Some(key.to_vec()),
+                b'O' => Some(tok.clone()),
+                _ => None,
+            };
+            if let Some(v) = v {
+                out.push(b' ');
+                out.push(*f);
+                out.extend_from_slice(&v);
+            }
+        }
+        out
+    };
+    let code = |c: &str, rest: Vec<u8>| {
+        let mut out = c.as_bytes().to_vec();
+        out.extend_from_slice(&rest);
+        out.extend_from_slice(b"\r\n");
+        out
+    };
+    if let Response::Error(msg) = resp {
+        let kind = if cmd == MetaCmd::Arith {
+            "CLIENT_ERROR"
+        } else {
+            "SERVER_ERROR"
+        };
+        return format!("{kind} {}\r\n", one_line(msg)).into_bytes();
+    }
+    match cmd {
+        MetaCmd::Get | MetaCmd::Debug => {
+            let (items, ttl) = match resp {
+                Response::Items(items) => (items.as_slice(), None),
+                Response::Batch(rs) => match rs.as_slice() {
+                    [Response::Items(items), Response::Int(t)] => (items.as_slice(), Some(*t)),
+                    _ => return b"SERVER_ERROR unexpected response from the store\r\n".to_vec(),
+                },
+                _ => return b"SERVER_ERROR unexpected response from the store\r\n".to_vec(),
+            };
+            let Some(item) = items.first().and_then(Option::as_ref) else {
+                if cmd == MetaCmd::Get && quiet {
+                    return Vec::new();
+                }
+                return code(
+                    "EN",
+                    if cmd == MetaCmd::Get {
+                        ret(b"Ok", None, None, None)
+                    } else {
+                        Vec::new()
+                    },
+                );
+            };
+            if cmd == MetaCmd::Debug {
+                let exp = match ttl {
+                    Some(t) if t >= 0 => t / 1000,
+                    _ => -1,
+                };
+                let mut out = b"ME ".to_vec();
+                out.extend_from_slice(key);
+                out.extend_from_slice(
+                    format!(
+                        " exp={exp} la=0 cas={} fetch=no cls=1 size={}\r\n",
+                        item.cas,
+                        item.value.len()
+                    )
+                    .as_bytes(),
+                );
+                return out;
+            }
+            let flags = ret(b"ftskcO", Some(item), ttl, None);
+            if wants(b'v') {
+                let mut out = format!("VA {}", item.value.len()).into_bytes();
+                out.extend_from_slice(&flags);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&item.value);
+                out.extend_from_slice(b"\r\n");
+                out
+            } else {
+                code("HD", flags)
+            }
+        }
+        MetaCmd::Set => {
+            let (r, cas) = match resp {
+                Response::Batch(rs) => match rs.as_slice() {
+                    [r, Response::Items(items)] => {
+                        (r, items.first().and_then(Option::as_ref).map(|i| i.cas))
+                    }
+                    _ => return b"SERVER_ERROR unexpected response from the store\r\n".to_vec(),
+                },
+                r => (r, None),
+            };
+            match r {
+                Response::Ok | Response::Int(_) if quiet => Vec::new(),
+                Response::Ok | Response::Int(_) => code("HD", ret(b"Ock", None, None, cas)),
+                Response::NotStored => code("NS", ret(b"Ok", None, None, None)),
+                Response::CasMismatch => code("EX", ret(b"Ok", None, None, None)),
+                Response::NotFound => code("NF", ret(b"Ok", None, None, None)),
+                _ => b"SERVER_ERROR unexpected response from the store\r\n".to_vec(),
+            }
+        }
+        MetaCmd::Delete => match resp {
+            Response::Int(n) if *n > 0 && quiet => Vec::new(),
+            Response::Int(n) if *n > 0 => code("HD", ret(b"Ok", None, None, None)),
+            Response::Int(_) => code("NF", ret(b"Ok", None, None, None)),
+            _ => b"SERVER_ERROR unexpected response from the store\r\n".to_vec(),
+        },
+        MetaCmd::Arith => match resp {
+            Response::UInt(n) if wants(b'v') => {
+                let v = n.to_string();
+                let mut out = format!("VA {}", v.len()).into_bytes();
+                out.extend_from_slice(&ret(b"Ok", None, None, None));
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(v.as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out
+            }
+            Response::UInt(_) if quiet => Vec::new(),
+            Response::UInt(_) => code("HD", ret(b"Ok", None, None, None)),
+            Response::NotFound => code("NF", ret(b"Ok", None, None, None)),
+            _ => b"SERVER_ERROR unexpected response from the store\r\n".to_vec(),
+        },
+        MetaCmd::Noop => b"MN\r\n".to_vec(),
     }
 }
 
@@ -768,6 +1176,9 @@ pub fn command(cmd: McCommand) -> McAction {
 /// replies. (Under `noreply` the server writes nothing instead.)
 pub fn render(r: &McRender, resp: &Response) -> Vec<u8> {
     let line = |s: &str| format!("{s}\r\n").into_bytes();
+    if let McRender::Meta { cmd, key, flags } = r {
+        return render_meta(*cmd, key, flags, resp);
+    }
     match (r, resp) {
         (McRender::Counter, Response::Error(msg)) => {
             line(&format!("CLIENT_ERROR {}", one_line(msg)))

@@ -724,7 +724,8 @@ fn unknown_and_malformed_lines() {
         "   \r\n",
         "GET k\r\n",
         "get\tk\r\n",
-        "mg k v\r\n",
+        "mg\r\n",
+        "MG k v\r\n",
     ] {
         let e = err(input);
         assert_eq!(e.kind, McErrorKind::UnknownCommand, "{input:?}");
