@@ -66,6 +66,8 @@ enum Command {
     /// plane against the XDP echo floor; needs root), `bench fanout`, and `bench scale`
     /// (millions of keys against Redis: memory, idle CPU, snapshots, catch-up).
     Bench(bench::BenchArgs),
+    /// Print the Redis commands the server knows, as the README lists them.
+    Commands,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -163,6 +165,10 @@ fn main() -> ExitCode {
         Command::Chaos(a) => chaos::run(a),
         Command::Timeline(a) => timeline::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Commands => {
+            print!("{}", waverunner_kv::resp::commands_list());
+            ExitCode::SUCCESS
+        }
     }
 }
 

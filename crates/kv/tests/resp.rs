@@ -1215,3 +1215,25 @@ fn errors_and_unexpected_responses_render_as_errors() {
         );
     }
 }
+
+#[test]
+fn the_readme_lists_the_commands_as_the_server_knows_them() {
+    let readme = include_str!("../../../README.md");
+    let begin = readme
+        .find("<!-- commands:begin -->")
+        .expect("README: commands:begin");
+    let end = readme
+        .find("<!-- commands:end -->")
+        .expect("README: commands:end");
+    let listed: String = readme[begin..end]
+        .lines()
+        .skip(2) // the marker and the fence
+        .take_while(|l| l.trim() != "```")
+        .map(|l| format!("{}\n", l.trim()))
+        .collect();
+    assert_eq!(
+        listed,
+        waverunner_kv::resp::commands_list(),
+        "README.md's command list is stale: replace it with `waverunner commands`"
+    );
+}

@@ -280,6 +280,44 @@ const SUBCOMMANDS: &[(&str, &str, i32)] = &[
 /// What `CONFIG GET` reports.
 const CONFIG: &[(&str, &str)] = &[("appendonly", "no"), ("databases", "1"), ("save", "")];
 
+/// The Redis commands this server knows (the README's list is this, written by
+/// `waverunner commands`): upper-case names in alphabetical order, with the container
+/// commands' subcommands, wrapped into lines of at most 100 characters.
+pub fn commands_list() -> String {
+    let mut names: Vec<String> = COMMANDS
+        .iter()
+        .map(|(n, _)| {
+            let subs: Vec<String> = SUBCOMMANDS
+                .iter()
+                .filter(|(c, _, _)| c == n)
+                .map(|(_, s, _)| s.to_ascii_uppercase())
+                .collect();
+            if subs.is_empty() {
+                n.to_ascii_uppercase()
+            } else {
+                format!("{} ({})", n.to_ascii_uppercase(), subs.join(" "))
+            }
+        })
+        .collect();
+    names.sort();
+    let mut out = String::new();
+    let mut line = String::new();
+    for n in names {
+        if !line.is_empty() && line.len() + 1 + n.len() > 100 {
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&n);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
 fn arity_ok(arity: i32, argc: usize) -> bool {
     let argc = i64::try_from(argc).unwrap_or(i64::MAX);
     if arity >= 0 {
