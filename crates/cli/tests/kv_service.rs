@@ -688,6 +688,25 @@ fn native_client_through_every_replica() {
     on(c.redis_addr(2), &["GET", "native-all"], "\"x\"");
 }
 
+/// Runs a Python `script` with redis-py 8; it must print a line starting with `ok`.
+fn redis_py_8(script: &str, what: &str) {
+    let (py, path) = python_with_redis_py_8();
+    let o = run_with_timeout(
+        Command::new(&py)
+            .env("PYTHONPATH", &path)
+            .arg("-c")
+            .arg(script),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ok"),
+        "{what}: {} {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// redis-py 8 with its default settings (it opens with `HELLO 3` and parses RESP3) on the
 /// leader and on a follower, and the same with `protocol=2`: strings, nulls, maps, INFO, the
 /// connection's name, a pipeline.
@@ -696,7 +715,6 @@ fn redis_py_8_default_settings_resp3_and_resp2() {
     let c = cluster3(Opts::default());
     let leader = c.status(c.ids()[0]).leader;
     let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
-    let (py, path) = python_with_redis_py_8();
     for (id, proto) in [(leader, 3), (follower, 3), (leader, 2), (follower, 2)] {
         let addr = c.redis_addr(id);
         let kwargs = if proto == 2 { ", protocol=2" } else { "" };
@@ -738,19 +756,9 @@ print("ok")
             ip = addr.ip(),
             port = addr.port(),
         );
-        let o = run_with_timeout(
-            Command::new(&py)
-                .env("PYTHONPATH", &path)
-                .arg("-c")
-                .arg(&script),
-            None,
-            Duration::from_secs(60),
-        );
-        assert!(
-            o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ok"),
-            "redis-py 8 (protocol {proto}) at node {id}: {} {}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+        redis_py_8(
+            &script,
+            &format!("redis-py 8 (protocol {proto}) at node {id}"),
         );
     }
 }
@@ -810,7 +818,6 @@ fn transactions_multi_exec_discard() {
         assert_eq!(String::from_utf8_lossy(&out), want, "at node {id}");
     }
     // redis-py's default pipeline is a transaction.
-    let (py, path) = python_with_redis_py_8();
     for id in [leader, follower] {
         let addr = c.redis_addr(id);
         let script = format!(
@@ -825,20 +832,7 @@ print("ok")
             ip = addr.ip(),
             port = addr.port(),
         );
-        let o = run_with_timeout(
-            Command::new(&py)
-                .env("PYTHONPATH", &path)
-                .arg("-c")
-                .arg(&script),
-            None,
-            Duration::from_secs(60),
-        );
-        assert!(
-            o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ok"),
-            "redis-py transaction at node {id}: {} {}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+        redis_py_8(&script, &format!("redis-py transaction at node {id}"));
     }
 }
 

@@ -472,16 +472,6 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
             ),
             _ => reply(NOT_INTEGER),
         },
-        "msetnx" => {
-            if args.len() % 2 != 1 {
-                return reply(wrong_arity(cmd));
-            }
-            let pairs = args[1..]
-                .chunks_exact(2)
-                .map(|kv| (kv[0].clone(), kv[1].clone()))
-                .collect();
-            Action::Store(Op::MSetNx { pairs }, Render::Int)
-        }
         "expiretime" | "pexpiretime" => Action::Store(
             Op::ExpireTime { key: key() },
             if cmd == "expiretime" {
@@ -544,7 +534,7 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
             },
             Render::Bulks,
         ),
-        "mset" => {
+        "mset" | "msetnx" => {
             if args.len() % 2 != 1 {
                 return reply(wrong_arity(cmd));
             }
@@ -552,7 +542,11 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
                 .chunks_exact(2)
                 .map(|kv| (kv[0].clone(), kv[1].clone()))
                 .collect();
-            Action::Store(Op::MSet { pairs }, Render::Ok)
+            if cmd == "mset" {
+                Action::Store(Op::MSet { pairs }, Render::Ok)
+            } else {
+                Action::Store(Op::MSetNx { pairs }, Render::Int)
+            }
         }
         "del" | "unlink" => Action::Store(
             Op::Del {
