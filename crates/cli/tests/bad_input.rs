@@ -623,7 +623,7 @@ fn unknown_commands_in_both_protocols() {
         );
         let (out, _) = send_and_read(
             c.memcache_addr(id),
-            b"frobnicate x\r\nmg k v\r\nget\r\nversion\r\n",
+            b"frobnicate x\r\nmz k v\r\nget\r\nversion\r\n",
             READ,
         );
         let out = String::from_utf8_lossy(&out);
