@@ -918,3 +918,31 @@ fn memcached_meta_commands_as_memcached_answers() {
         );
     }
 }
+
+/// libmemcached's `memccapable`, text (`-a`) and binary (`-b`), on the leader and on a
+/// follower: every test passes, as against memcached 1.6 (it flushes the cluster).
+#[test]
+fn memccapable_text_and_binary_on_leader_and_follower() {
+    let capable = require_tool("memccapable");
+    let c = cluster3(Opts::default());
+    let leader = c.status(c.ids()[0]).leader;
+    let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    for id in [leader, follower] {
+        let addr = c.memcache_addr(id);
+        for mode in ["-a", "-b"] {
+            let o = run_with_timeout(
+                Command::new(&capable)
+                    .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+                    .args([mode, "-t", "5"]),
+                None,
+                Duration::from_secs(120),
+            );
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                o.status.success() && out.contains("All tests passed"),
+                "memccapable {mode} at node {id}: {out} {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+}

@@ -52,6 +52,7 @@
 //! | 31  | `RandomKey` | `u64` seed |
 //! | 32  | `SetBit`   | key, `u64` offset, bool bit, `u64` max_len |
 //! | 33  | `GetBit`   | key, `u64` offset |
+//! | 34  | `McIncrOr` | key, `u64` delta, bool decr, option `u64` initial, expiry |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -130,6 +131,7 @@ const OP_INCRBYFLOAT: u8 = 30;
 const OP_RANDOMKEY: u8 = 31;
 const OP_SETBIT: u8 = 32;
 const OP_GETBIT: u8 = 33;
+const OP_MCINCROR: u8 = 34;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -373,6 +375,21 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             put_bytes(out, key);
             put_u64(out, *offset);
         }
+        Op::McIncrOr {
+            key,
+            delta,
+            decr,
+            initial,
+            expiry,
+        } => {
+            out.push(OP_MCINCROR);
+            put_bytes(out, key);
+            put_u64(out, *delta);
+            out.push(u8::from(*decr));
+            out.push(u8::from(initial.is_some()));
+            put_u64(out, initial.unwrap_or(0));
+            put_expiry(out, expiry);
+        }
         Op::Multi(ops) => {
             assert!(
                 !ops.is_empty()
@@ -614,6 +631,20 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
             key: r.bytes()?,
             offset: r.u64()?,
         },
+        OP_MCINCROR => {
+            let key = r.bytes()?;
+            let delta = r.u64()?;
+            let decr = r.bool()?;
+            let has = r.bool()?;
+            let initial = r.u64()?;
+            Op::McIncrOr {
+                key,
+                delta,
+                decr,
+                initial: has.then_some(initial),
+                expiry: r.expiry()?,
+            }
+        }
         OP_MULTI => {
             let n = r.count(5)?;
             if n == 0 {
@@ -1048,6 +1079,13 @@ mod tests {
                 key: k(),
                 offset: 9,
             },
+            Op::McIncrOr {
+                key: k(),
+                delta: 2,
+                decr: true,
+                initial: Some(7),
+                expiry: Expiry::AfterMs(9),
+            },
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -1058,9 +1096,9 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_GETBIT).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_MCINCROR).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_GETBIT + 1]));
+        assert!(!is_read_only_command(&[OP_MCINCROR + 1]));
         // A batch reads only if all of it does; a malformed one is not a read.
         let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
         let mut b = Vec::new();

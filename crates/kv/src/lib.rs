@@ -19,6 +19,7 @@
 
 pub mod codec;
 pub mod glob;
+pub mod mcbin;
 pub mod memcache;
 pub mod native;
 pub mod ops;

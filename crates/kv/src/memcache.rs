@@ -1,5 +1,5 @@
 //! The memcached front-end: text protocol parsing, command translation into [`Op`]s and reply
-//! rendering, following memcached 1.6's wording.
+//! rendering, following memcached 1.6's wording (the binary protocol: [`crate::mcbin`]).
 //!
 //! The network server owns the I/O; this module only turns bytes into commands and results into
 //! bytes:

@@ -192,6 +192,16 @@ pub enum Op {
     },
     /// One bit of a value (`GETBIT`): `Int(0|1)`, 0 past the end or for an absent key.
     GetBit { key: Bytes, offset: u64 },
+    /// memcached binary `incr`/`decr`: as [`Op::McIncr`], but a missing key is created with
+    /// `initial` (and `expiry`) and answered `UInt(initial)`, unless `initial` is `None`
+    /// (`NotFound`).
+    McIncrOr {
+        key: Bytes,
+        delta: u64,
+        decr: bool,
+        initial: Option<u64>,
+        expiry: Expiry,
+    },
     /// A transaction (`MULTI` … `EXEC`): its operations applied in order with nothing between
     /// them, on every replica (one log entry, never split: a front-end that sends a batch
     /// again piece by piece sends a transaction whole). It may sit in a batch; it holds

@@ -573,22 +573,24 @@ impl KvStore {
                     }
                 }
             }
-            Op::McIncr { key, delta, decr } => {
+            Op::McIncr { key, delta, decr } => self.mc_incr(index, key, *delta, *decr),
+            Op::McIncrOr {
+                key,
+                delta,
+                decr,
+                initial,
+                expiry,
+            } => {
                 self.purge(key);
-                let Some(e) = self.items.get(key.as_slice()).cloned() else {
+                if self.items.get(key.as_slice()).is_some() {
+                    return self.mc_incr(index, key, *delta, *decr);
+                }
+                let Some(initial) = initial else {
                     return Response::NotFound;
                 };
-                let Some(old) = parse_u64(e.value()) else {
-                    return Response::Error(ERR_NON_NUMERIC.into());
-                };
-                let new = if *decr {
-                    old.saturating_sub(*delta)
-                } else {
-                    old.wrapping_add(*delta)
-                };
-                let v = new.to_string();
-                self.store(key, v.as_bytes(), e.flags(), index, e.expire_at());
-                Response::UInt(new)
+                let expire_at = self.resolve(expiry, None);
+                self.store(key, initial.to_string().as_bytes(), 0, index, expire_at);
+                Response::UInt(*initial)
             }
             Op::Append {
                 key,
@@ -861,6 +863,26 @@ impl KvStore {
     /// A write operation gives `Error(ERR_NOT_READ_ONLY)`.
     pub fn read(&self, now_ms: u64, op: &Op) -> Response {
         self.answer(self.now_ms.max(now_ms), op)
+    }
+
+    /// memcached `incr`/`decr` of an existing key: `UInt(new)`, `NotFound`, or an error for
+    /// a value that is not a decimal number.
+    fn mc_incr(&mut self, index: u64, key: &[u8], delta: u64, decr: bool) -> Response {
+        self.purge(key);
+        let Some(e) = self.items.get(key).cloned() else {
+            return Response::NotFound;
+        };
+        let Some(old) = parse_u64(e.value()) else {
+            return Response::Error(ERR_NON_NUMERIC.into());
+        };
+        let new = if decr {
+            old.saturating_sub(delta)
+        } else {
+            old.wrapping_add(delta)
+        };
+        let v = new.to_string();
+        self.store(key, v.as_bytes(), e.flags(), index, e.expire_at());
+        Response::UInt(new)
     }
 
     fn answer(&self, now: u64, op: &Op) -> Response {

@@ -309,7 +309,7 @@ fn every_truncation_and_extension_is_rejected() {
 fn strict_tags_and_enums() {
     assert!(decode_op(&[]).is_err());
     assert!(decode_response(&[]).is_err());
-    for tag in [0u8, 34, 0x80, 0xff] {
+    for tag in [0u8, 35, 0x80, 0xff] {
         assert_eq!(decode_op(&[tag]), Err(DecodeError("unknown operation tag")));
     }
     for tag in [0u8, 12, 0xff] {

@@ -2016,3 +2016,36 @@ fn incrbyfloat_setbit_getbit_randomkey() {
     assert!(seen.len() >= 10, "only {} keys picked", seen.len());
     l.s.check_invariants();
 }
+
+#[test]
+fn memcached_binary_incr_creates_with_its_initial_value() {
+    let mut l = Log::new(1000);
+    let incr = |initial: Option<u64>| Op::McIncrOr {
+        key: b("n"),
+        delta: 3,
+        decr: false,
+        initial,
+        expiry: Expiry::AfterMs(500),
+    };
+    assert_eq!(
+        l.apply(incr(None)),
+        Response::NotFound,
+        "no initial: not created"
+    );
+    assert_eq!(
+        l.apply(incr(Some(10))),
+        Response::UInt(10),
+        "created, not incremented"
+    );
+    assert_eq!(l.read(ttl("n")), Response::Int(500));
+    assert_eq!(l.apply(incr(Some(10))), Response::UInt(13));
+    l.apply(set("s", "x"));
+    let on_s = Op::McIncrOr {
+        key: b("s"),
+        delta: 1,
+        decr: true,
+        initial: Some(0),
+        expiry: Expiry::None,
+    };
+    assert_eq!(l.apply(on_s), err(ERR_NON_NUMERIC));
+}

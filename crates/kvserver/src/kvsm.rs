@@ -95,6 +95,7 @@ impl StateMachine for KvMachine {
                         | Op::Cas { .. }
                         | Op::IncrBy { .. }
                         | Op::McIncr { .. }
+                        | Op::McIncrOr { .. }
                         | Op::Append { .. }
                         | Op::Prepend { .. }
                         | Op::SetRange { .. }

@@ -1,7 +1,8 @@
-//! The memcached text front-end: a connection's commands parsed into what the event loop
-//! ([`super::tcp`]) answers or submits (`waverunner_kv::memcache` is the codec).
+//! The memcached front-end, text and binary (a request starting with the binary magic byte
+//! is binary): a connection's commands parsed into what the event loop ([`super::tcp`])
+//! answers or submits (`waverunner_kv::memcache` and `waverunner_kv::mcbin` are the codecs).
 
-use waverunner_kv::memcache;
+use waverunner_kv::{mcbin, memcache};
 use waverunner_node::replica::{ClientError, Handle};
 
 use super::tcp::{self, Item, Parsed};
@@ -26,6 +27,9 @@ impl Conn {
 
     /// The next command in `buf`, if complete; commands that need no store are answered here.
     pub(super) fn next(&mut self, buf: &[u8], handle: &Handle) -> Option<Parsed> {
+        if buf.first() == Some(&mcbin::REQ_MAGIC) {
+            return self.next_binary(buf, handle);
+        }
         let (cmd, used) = match memcache::parse_command(buf, &self.ml) {
             Ok(Some(x)) => x,
             Ok(None) => return None,
@@ -63,21 +67,7 @@ impl Conn {
                 with_limits(op, self.limits),
                 tcp::Render::Memcache(render, noreply),
             ),
-            memcache::McAction::Stats => {
-                let st = handle.status();
-                let fields = vec![
-                    ("pid", std::process::id().to_string()),
-                    (
-                        "version",
-                        format!("waverunner-{}", env!("CARGO_PKG_VERSION")),
-                    ),
-                    ("curr_items", st.keys.to_string()),
-                    ("raft_role", st.role.clone()),
-                    ("raft_term", st.term.to_string()),
-                    ("raft_commit_index", st.commit_index.to_string()),
-                ];
-                Item::Reply(memcache::render_stats(&fields))
-            }
+            memcache::McAction::Stats => Item::Reply(memcache::render_stats(&stats(handle))),
             memcache::McAction::Quit => Item::Close(Vec::new()),
         };
         Some(Parsed {
@@ -86,6 +76,75 @@ impl Conn {
             skip_more: 0,
         })
     }
+}
+
+impl Conn {
+    /// The next binary request in `buf`, if complete.
+    fn next_binary(&mut self, buf: &[u8], handle: &Handle) -> Option<Parsed> {
+        let (req, used) = match mcbin::parse(buf, self.limits.max_value) {
+            Ok(Some(x)) => x,
+            Ok(None) => return None,
+            Err(e) => {
+                handle.client_error();
+                let item = if e.close {
+                    Item::Close(e.reply)
+                } else {
+                    Item::Reply(e.reply)
+                };
+                return Some(Parsed {
+                    item,
+                    used: e.skip.min(buf.len()),
+                    skip_more: e.skip.saturating_sub(buf.len()),
+                });
+            }
+        };
+        let item = match mcbin::command(req) {
+            mcbin::BinAction::Reply(r) => {
+                if r.get(6..8).is_some_and(|st| st != [0, 0]) {
+                    handle.client_error();
+                }
+                Item::Reply(r)
+            }
+            mcbin::BinAction::Store { op, render } => {
+                Item::Store(with_limits(op, self.limits), tcp::Render::McBinary(render))
+            }
+            mcbin::BinAction::Stats { opaque } => {
+                Item::Reply(mcbin::render_stats(opaque, &stats(handle)))
+            }
+            mcbin::BinAction::Close(r) => Item::Close(r),
+        };
+        Some(Parsed {
+            item,
+            used,
+            skip_more: 0,
+        })
+    }
+}
+
+/// What `stats` reports.
+fn stats(handle: &Handle) -> Vec<(&'static str, String)> {
+    let st = handle.status();
+    vec![
+        ("pid", std::process::id().to_string()),
+        (
+            "version",
+            format!("waverunner-{}", env!("CARGO_PKG_VERSION")),
+        ),
+        ("curr_items", st.keys.to_string()),
+        ("raft_role", st.role.clone()),
+        ("raft_term", st.term.to_string()),
+        ("raft_commit_index", st.commit_index.to_string()),
+    ]
+}
+
+/// A failed binary request as memcached answers it.
+pub(super) fn binary_error(r: &mcbin::BinRender, e: &ClientError) -> Vec<u8> {
+    let st = match e {
+        ClientError::OutOfMemory => mcbin::status::NO_MEMORY,
+        ClientError::Busy => mcbin::status::BUSY,
+        _ => mcbin::status::INTERNAL,
+    };
+    mcbin::failure(r, st)
 }
 
 /// A failed request as memcached answers it.

@@ -60,6 +60,8 @@ pub(super) enum Render {
     Exec(Vec<ExecSlot>, resp::Proto),
     /// The reply, unless the client said `noreply`.
     Memcache(memcache::McRender, bool),
+    /// A memcached binary answer.
+    McBinary(waverunner_kv::mcbin::BinRender),
 }
 
 impl Render {
@@ -76,6 +78,8 @@ impl Render {
             (Render::Memcache(_, true), _) => Vec::new(),
             (Render::Memcache(how, false), Ok(resp)) => memcache::render(how, &resp),
             (Render::Memcache(_, false), Err(e)) => memcache_fe::error(&e),
+            (Render::McBinary(how), Ok(resp)) => waverunner_kv::mcbin::render(how, &resp),
+            (Render::McBinary(how), Err(e)) => memcache_fe::binary_error(how, &e),
         }
     }
 }
