@@ -38,14 +38,35 @@ pub enum TxCmd {
     Unwatch,
 }
 
-/// Whether `reply` is an error Redis gives when a command is queued inside `MULTI` (an
-/// unknown command or subcommand, a wrong number of arguments): the transaction is then
-/// discarded at `EXEC` (`EXECABORT`). Other errors are the command's own result, given in
-/// `EXEC`'s answer.
-pub fn is_queue_error(reply: &[u8]) -> bool {
-    reply.starts_with(b"-ERR unknown command")
-        || reply.starts_with(b"-ERR unknown subcommand")
-        || reply.starts_with(b"-ERR wrong number of arguments")
+/// The command `args` names (not empty) and, for a container command given a subcommand, the
+/// subcommand, after Redis's lookup and arity checks. `Err` is Redis's reply to an unknown
+/// command or subcommand or a wrong number of arguments: the errors that keep a command out of
+/// a `MULTI` queue (`EXEC` then answers `EXECABORT`); other errors are the command's result.
+pub fn lookup(args: &[Vec<u8>]) -> Result<(&'static str, Option<&'static str>), Vec<u8>> {
+    let lname = args[0].to_ascii_lowercase();
+    let Some(&(cmd, arity)) = COMMANDS.iter().find(|(n, _)| n.as_bytes() == lname) else {
+        return Err(unknown_command(args));
+    };
+    if !arity_ok(arity, args.len()) {
+        return Err(error(&wrong_arity(cmd)));
+    }
+    if !matches!(cmd, "client" | "command" | "config") || args.len() < 2 {
+        return Ok((cmd, None));
+    }
+    let lsub = args[1].to_ascii_lowercase();
+    let Some(&(_, sub, arity)) = SUBCOMMANDS
+        .iter()
+        .find(|(c, s, _)| *c == cmd && s.as_bytes() == lsub)
+    else {
+        let mut msg = b"unknown subcommand '".to_vec();
+        msg.extend_from_slice(c_str(&args[1], 128));
+        msg.extend_from_slice(format!("'. Try {} HELP.", cmd.to_ascii_uppercase()).as_bytes());
+        return Err(error_bytes(b"ERR", &msg));
+    };
+    if !arity_ok(arity, args.len()) {
+        return Err(error(&wrong_arity(&format!("{cmd}|{sub}"))));
+    }
+    Ok((cmd, Some(sub)))
 }
 
 /// How to turn the store's [`Response`] into the reply of the command that asked.
@@ -351,16 +372,13 @@ pub fn command(args: &[Vec<u8>]) -> Action {
 /// [`command`] for a connection speaking `proto`: the replies made without the store are in
 /// it (a store reply is rendered with [`render_proto`]).
 pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
-    let Some(name) = args.first() else {
+    if args.is_empty() {
         return Action::Reply(Vec::new());
-    };
-    let lname = name.to_ascii_lowercase();
-    let Some(&(cmd, arity)) = COMMANDS.iter().find(|(n, _)| n.as_bytes() == lname) else {
-        return Action::Reply(unknown_command(args));
-    };
-    if !arity_ok(arity, args.len()) {
-        return reply(wrong_arity(cmd));
     }
+    let (cmd, sub) = match lookup(args) {
+        Ok(found) => found,
+        Err(e) => return Action::Reply(e),
+    };
     let key = || args[1].clone();
     match cmd {
         "ping" => match args.len() {
@@ -486,7 +504,9 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
         "watch" => Action::Tx(TxCmd::Watch),
         "unwatch" => Action::Tx(TxCmd::Unwatch),
         "command" if args.len() == 1 => Action::Reply(b"*0\r\n".to_vec()),
-        "client" | "command" | "config" => container(cmd, args, proto),
+        "client" | "command" | "config" => {
+            container(cmd, sub.expect("a subcommand, looked up"), args, proto)
+        }
         "get" => Action::Store(Op::Get { keys: vec![key()] }, Render::Bulk),
         "set" => set(args),
         "setnx" => Action::Store(
@@ -661,20 +681,8 @@ fn c_str(s: &[u8], max: usize) -> &[u8] {
     }
 }
 
-fn container(cmd: &str, args: &[Vec<u8>], proto: Proto) -> Action {
-    let sub = args[1].to_ascii_lowercase();
-    let Some(&(_, sub, arity)) = SUBCOMMANDS
-        .iter()
-        .find(|(c, s, _)| *c == cmd && s.as_bytes() == sub)
-    else {
-        let mut msg = b"unknown subcommand '".to_vec();
-        msg.extend_from_slice(c_str(&args[1], 128));
-        msg.extend_from_slice(format!("'. Try {} HELP.", cmd.to_ascii_uppercase()).as_bytes());
-        return Action::Reply(error_bytes(b"ERR", &msg));
-    };
-    if !arity_ok(arity, args.len()) {
-        return reply(wrong_arity(&format!("{cmd}|{sub}")));
-    }
+/// A container command's subcommand (found by [`lookup`]).
+fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
     match (cmd, sub) {
         ("client", "getname") => Action::Client(ClientCmd::GetName),
         ("client", "id") => Action::Client(ClientCmd::Id),

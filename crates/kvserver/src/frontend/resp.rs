@@ -259,6 +259,12 @@ impl Conn {
     fn queue(&mut self, args: &[Vec<u8>], handle: &Handle) -> Item {
         let proto = self.session.proto;
         let m = self.multi.as_mut().expect("inside MULTI");
+        if let Err(e) = resp::lookup(args) {
+            // Not queueable (unknown, or a wrong number of arguments): EXEC will refuse.
+            handle.client_error();
+            m.dirty = true;
+            return Item::Reply(e);
+        }
         let action = resp::command_proto(args, proto);
         let queued = b"+QUEUED\r\n".to_vec();
         match action {
@@ -288,11 +294,6 @@ impl Conn {
                 Item::Reply(b"-ERR WATCH inside MULTI is not allowed\r\n".to_vec())
             }
             resp::Action::Quit => Item::Close(b"+OK\r\n".to_vec()),
-            resp::Action::Reply(r) if resp::is_queue_error(&r) => {
-                handle.client_error();
-                m.dirty = true;
-                Item::Reply(r)
-            }
             action => {
                 let bytes: usize = args.iter().map(Vec::len).sum();
                 if m.bytes + bytes > MAX_MULTI_BYTES {
