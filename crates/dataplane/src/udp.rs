@@ -928,20 +928,7 @@ impl Worker {
     /// "busy" to its sender, whose `index` is the request's envelope id (a replica that
     /// forwarded it routes it again), as the XDP program's `wr_busy`.
     fn busy(&mut self, to: SocketAddrV4, hdr: &fp::Header, payload: &[u8]) {
-        let req = fp::payload::EnvelopeRef::parse(payload, usize::MAX).map_or(0, |e| e.req);
-        let body =
-            fp::payload::reply_payload(fp::payload::STATUS_RETRY, self.regs.self_id, b"busy");
-        let reply = fp::Header {
-            kind: fp::CLIENT_REPLY,
-            group_id: hdr.group_id,
-            len: body.len() as u16,
-            term: self.regs.term,
-            from: self.regs.self_id,
-            index: req,
-            commit: self.regs.commit_index,
-            seq: hdr.seq,
-            ..fp::Header::new(0)
-        };
+        let (reply, body) = fp::busy_reply(&self.regs, hdr, payload);
         let b = self.out.next(to);
         b.extend_from_slice(&reply.to_bytes());
         b.extend_from_slice(&body);

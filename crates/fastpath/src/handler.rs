@@ -265,6 +265,28 @@ pub fn shed(
     unsafe { crate::ffi::fp_shed(regs, hdr, i32::from(from_self), ring_used, ring_size) != 0 }
 }
 
+/// The busy reply a leader sends for client request `hdr` (with `payload`) it sheds: a
+/// `CLIENT_REPLY` with status RETRY and body `busy`, its `seq`, and as `index` the request id
+/// of its envelope (0 if it is not one), so that a replica that forwarded it can tell which.
+/// The XDP program writes the same bytes (`wr_busy`).
+pub fn busy_reply(regs: &Registers, hdr: &Header, payload: &[u8]) -> (Header, Vec<u8>) {
+    use crate::payload::{reply_payload, EnvelopeRef, STATUS_RETRY};
+    let req = EnvelopeRef::parse(payload, usize::MAX).map_or(0, |e| e.req);
+    let body = reply_payload(STATUS_RETRY, regs.self_id, b"busy");
+    let reply = Header {
+        kind: crate::wire::CLIENT_REPLY,
+        group_id: hdr.group_id,
+        len: body.len() as u16,
+        term: regs.term,
+        from: regs.self_id,
+        index: req,
+        commit: regs.commit_index,
+        seq: hdr.seq,
+        ..Header::new(0)
+    };
+    (reply, body)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

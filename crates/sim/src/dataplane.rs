@@ -65,6 +65,8 @@ pub struct SimDataPlane {
     pub handled: u64,
     pub punted: u64,
     pub dropped: u64,
+    /// Client requests shed (overload: `fp::shed`, the rule the XDP program applies).
+    pub shed: u64,
 }
 
 impl SimDataPlane {
@@ -86,6 +88,7 @@ impl SimDataPlane {
             handled: 0,
             punted: 0,
             dropped: 0,
+            shed: 0,
         }
     }
 
@@ -116,6 +119,20 @@ impl SimDataPlane {
         if !enabled {
             self.punted += 1;
             to_host(out);
+            return;
+        }
+        // Overload: a busy reply instead of an entry, by the same rule as XDP and `udp`.
+        let pushed = from == self.regs.self_id;
+        if fp::shed(
+            &self.regs,
+            hdr,
+            pushed,
+            self.ring.len() as u64,
+            RING_CAPACITY as u64,
+        ) {
+            self.shed += 1;
+            let (reply, body) = fp::busy_reply(&self.regs, hdr, payload);
+            out.push(Out::Send(from, reply, body));
             return;
         }
         if self.ring.len() + 2 > RING_CAPACITY {
@@ -249,11 +266,69 @@ impl DataPlane for SimDataPlane {
             handled: self.handled,
             punted: self.punted,
             dropped: self.dropped,
+            shed: self.shed,
             ..Counters::default()
         }
     }
 
     fn latency(&self) -> LatencyHistogram {
         LatencyHistogram::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_whose_window_is_full_sheds_a_forwarded_request_with_a_busy_reply() {
+        let mut dp = SimDataPlane::new(1, None);
+        let mut regs = fp::Registers {
+            self_id: 1,
+            leader_id: 1,
+            group_id: u64::from(GROUP_ID),
+            term: 2,
+            last_index: 5 + fp::SHED_INFLIGHT,
+            last_term: 2,
+            commit_index: 5,
+            term_start_index: 5,
+            enabled: 1,
+            is_leader: 1,
+            ..Default::default()
+        };
+        regs.set_voters(&[1, 2, 3]);
+        dp.enable(&regs, &[]).unwrap();
+        let payload = waverunner_fastpath::payload::Envelope {
+            origin: 3,
+            req: 42,
+            client: 0,
+            seq: 9,
+            now_ms: 0,
+            command: b"x".to_vec(),
+        }
+        .encode();
+        let hdr = fp::Header {
+            kind: fp::CLIENT_REQUEST,
+            len: payload.len() as u16,
+            seq: 9,
+            ..fp::Header::new(u64::from(GROUP_ID))
+        };
+        dp.receive(3, &hdr, &payload);
+        assert_eq!(dp.shed, 1);
+        assert!(!dp.ring_pending(), "nothing ordered");
+        match dp.take_outbox().as_slice() {
+            [Out::Send(3, reply, body)] => {
+                assert_eq!(
+                    (reply.kind, reply.index, reply.seq),
+                    (fp::CLIENT_REPLY, 42, 9)
+                );
+                assert_eq!(body[0], waverunner_fastpath::payload::STATUS_RETRY);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The host's own push is never shed.
+        dp.receive(1, &hdr, &payload);
+        assert_eq!(dp.shed, 1);
+        assert!(dp.ring_pending());
     }
 }
