@@ -53,6 +53,9 @@
 //! | 32  | `SetBit`   | key, `u64` offset, bool bit, `u64` max_len |
 //! | 33  | `GetBit`   | key, `u64` offset |
 //! | 34  | `McIncrOr` | key, `u64` delta, bool decr, option `u64` initial, expiry |
+//! | 35  | `Cmd` that reads | `u64` seed, args (the name first: a read-only command) |
+//! | 36  | `Cmd` that writes | `u64` seed, args |
+//! | 37  | `Scan` with a type | cursor, option pattern, `u32` count, type name |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -67,6 +70,7 @@
 //! | 9   | `ScanPage`    | next, keys |
 //! | 10  | `Error`       | message |
 //! | 11  | `Batch`       | `u32` count, then each response as bytes (its own encoding); a batch's may hold a transaction's (one level) |
+//! | 12  | `Reply`       | a [`Reply`]: a tag byte (1 nil, 2 nil array, 3 status, 4 int, 5 bulk, 6 double, 7 array, 8 map, 9 set, 10 error), then its text, `i64`, bytes, or `u32` count and elements; nested at most [`MAX_REPLY_DEPTH`] deep |
 //!
 //! # Limits
 //!
@@ -83,7 +87,10 @@
 
 use std::fmt;
 
-use crate::ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Response};
+use crate::ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Reply, Response};
+
+/// How deep a [`Reply`] may nest (an array of arrays of … ): deeper is a decoding error.
+pub const MAX_REPLY_DEPTH: u8 = 8;
 
 /// Why some bytes are not a valid encoding. The message names the problem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +139,9 @@ const OP_RANDOMKEY: u8 = 31;
 const OP_SETBIT: u8 = 32;
 const OP_GETBIT: u8 = 33;
 const OP_MCINCROR: u8 = 34;
+const OP_CMD_READ: u8 = 35;
+const OP_CMD_WRITE: u8 = 36;
+const OP_SCAN_TYPE: u8 = 37;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -145,6 +155,7 @@ const R_KEYS: u8 = 8;
 const R_SCAN_PAGE: u8 = 9;
 const R_ERROR: u8 = 10;
 const R_BATCH: u8 = 11;
+const R_REPLY: u8 = 12;
 
 /// Appends the encoding of `op` to `out`.
 ///
@@ -178,8 +189,13 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             cursor,
             pattern,
             count,
+            kind,
         } => {
-            out.push(OP_SCAN);
+            out.push(if kind.is_some() {
+                OP_SCAN_TYPE
+            } else {
+                OP_SCAN
+            });
             put_bytes(out, cursor);
             match pattern {
                 None => out.push(0),
@@ -189,6 +205,18 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
                 }
             }
             put_u32(out, *count);
+            if let Some(k) = kind {
+                put_bytes(out, k);
+            }
+        }
+        Op::Cmd { args, seed } => {
+            let read_only = args
+                .first()
+                .and_then(|n| crate::types::spec(n))
+                .is_some_and(crate::types::Spec::read_only);
+            out.push(if read_only { OP_CMD_READ } else { OP_CMD_WRITE });
+            put_u64(out, *seed);
+            put_list(out, args);
         }
         Op::Set {
             key,
@@ -456,6 +484,8 @@ fn is_read_only_tag(tag: u8) -> bool {
             | OP_EXPIRETIME
             | OP_RANDOMKEY
             | OP_GETBIT
+            | OP_CMD_READ
+            | OP_SCAN_TYPE
     )
 }
 
@@ -495,11 +525,28 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
         OP_KEYS => Op::Keys {
             pattern: r.bytes()?,
         },
-        OP_SCAN => Op::Scan {
+        tag @ (OP_SCAN | OP_SCAN_TYPE) => Op::Scan {
             cursor: r.bytes()?,
             pattern: if r.bool()? { Some(r.bytes()?) } else { None },
             count: r.u32()?,
+            kind: if tag == OP_SCAN_TYPE {
+                Some(r.bytes()?)
+            } else {
+                None
+            },
         },
+        tag @ (OP_CMD_READ | OP_CMD_WRITE) => {
+            let seed = r.u64()?;
+            let args = r.list()?;
+            let spec = args
+                .first()
+                .and_then(|n| crate::types::spec(n))
+                .ok_or(DecodeError("unknown command"))?;
+            if spec.read_only() != (tag == OP_CMD_READ) {
+                return Err(DecodeError("a command's tag disagrees with what it does"));
+            }
+            Op::Cmd { args, seed }
+        }
         OP_SET => Op::Set {
             key: r.bytes()?,
             value: r.bytes()?,
@@ -721,7 +768,96 @@ pub fn encode_response(resp: &Response, out: &mut Vec<u8>) {
                 put_nested(out, |out| encode_response(r, out));
             }
         }
+        Response::Reply(reply) => {
+            out.push(R_REPLY);
+            encode_reply(reply, out);
+        }
     }
+}
+
+fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
+    match reply {
+        Reply::Nil => out.push(1),
+        Reply::NilArray => out.push(2),
+        Reply::Status(s) => {
+            out.push(3);
+            put_bytes(out, s.as_bytes());
+        }
+        Reply::Int(n) => {
+            out.push(4);
+            put_u64(out, *n as u64);
+        }
+        Reply::Bulk(b) => {
+            out.push(5);
+            put_bytes(out, b);
+        }
+        Reply::Double(s) => {
+            out.push(6);
+            put_bytes(out, s.as_bytes());
+        }
+        Reply::Array(rs) | Reply::Set(rs) => {
+            out.push(if matches!(reply, Reply::Array(_)) {
+                7
+            } else {
+                9
+            });
+            put_len(out, rs.len());
+            for r in rs {
+                encode_reply(r, out);
+            }
+        }
+        Reply::Map(pairs) => {
+            out.push(8);
+            put_len(out, pairs.len());
+            for (k, v) in pairs {
+                encode_reply(k, out);
+                encode_reply(v, out);
+            }
+        }
+        Reply::Error(s) => {
+            out.push(10);
+            put_bytes(out, s.as_bytes());
+        }
+    }
+}
+
+fn decode_reply(r: &mut Reader<'_>, depth: u8) -> Result<Reply, DecodeError> {
+    if depth > MAX_REPLY_DEPTH {
+        return Err(DecodeError("reply nested too deep"));
+    }
+    let text = |r: &mut Reader<'_>| {
+        String::from_utf8(r.bytes()?).map_err(|_| DecodeError("reply text is not UTF-8"))
+    };
+    Ok(match r.u8()? {
+        1 => Reply::Nil,
+        2 => Reply::NilArray,
+        3 => Reply::Status(text(r)?),
+        4 => Reply::Int(r.u64()? as i64),
+        5 => Reply::Bulk(r.bytes()?),
+        6 => Reply::Double(text(r)?),
+        tag @ (7 | 9) => {
+            let n = r.count(1)?;
+            let mut rs = Vec::with_capacity(n);
+            for _ in 0..n {
+                rs.push(decode_reply(r, depth + 1)?);
+            }
+            if tag == 7 {
+                Reply::Array(rs)
+            } else {
+                Reply::Set(rs)
+            }
+        }
+        8 => {
+            let n = r.count(2)?;
+            let mut pairs = Vec::with_capacity(n);
+            for _ in 0..n {
+                pairs.push((decode_reply(r, depth + 1)?, decode_reply(r, depth + 1)?));
+            }
+            Reply::Map(pairs)
+        }
+        10 => Reply::Error(text(r)?),
+        _ => return Err(DecodeError("unknown reply tag")),
+    })
 }
 
 /// Decodes one response that fills all of `b` (trailing bytes are an error). A batch's
@@ -777,6 +913,7 @@ fn decode_response_at(b: &[u8], depth: u8) -> Result<Response, DecodeError> {
             }
             Response::Batch(rs)
         }
+        R_REPLY => Response::Reply(decode_reply(&mut r, 0)?),
         _ => return Err(DecodeError("unknown response tag")),
     };
     r.finish()?;
@@ -980,6 +1117,7 @@ mod tests {
                 cursor: k(),
                 pattern: None,
                 count: 1,
+                kind: None,
             },
             Op::Set {
                 key: k(),
@@ -1086,6 +1224,20 @@ mod tests {
                 initial: Some(7),
                 expiry: Expiry::AfterMs(9),
             },
+            Op::Cmd {
+                args: vec![b"hget".to_vec(), k(), k()],
+                seed: 0,
+            },
+            Op::Cmd {
+                args: vec![b"hset".to_vec(), k(), k(), k()],
+                seed: 0,
+            },
+            Op::Scan {
+                cursor: k(),
+                pattern: None,
+                count: 1,
+                kind: Some(b"set".to_vec()),
+            },
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -1096,9 +1248,9 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_MCINCROR).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_SCAN_TYPE).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_MCINCROR + 1]));
+        assert!(!is_read_only_command(&[OP_SCAN_TYPE + 1]));
         // A batch reads only if all of it does; a malformed one is not a read.
         let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
         let mut b = Vec::new();

@@ -25,8 +25,9 @@ pub mod native;
 pub mod ops;
 pub mod resp;
 pub mod store;
+pub mod types;
 
-pub use ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Response};
+pub use ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Reply, Response};
 pub use store::KvStore;
 
 /// The i64 written as ASCII `digits` (negated if `neg`), if they are all digits and it fits:

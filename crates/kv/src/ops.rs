@@ -66,11 +66,13 @@ pub enum Op {
     DbSize,
     /// Keys matching a glob pattern (`KEYS`), sorted.
     Keys { pattern: Bytes },
-    /// One page of a scan in key order (`SCAN`): keys after `cursor`, at most `count`.
+    /// One page of a scan in key order (`SCAN`): keys after `cursor`, at most `count`
+    /// examined; with `kind`, only keys of that type (`SCAN … TYPE`, its name as given).
     Scan {
         cursor: Bytes,
         pattern: Option<Bytes>,
         count: u32,
+        kind: Option<Bytes>,
     },
 
     // ---- writes
@@ -207,6 +209,13 @@ pub enum Op {
     /// again piece by piece sends a transaction whole). It may sit in a batch; it holds
     /// neither a batch nor a transaction. Never empty. Answered by [`Response::Batch`].
     Multi(Vec<Op>),
+    /// A command on a hash, list, set or sorted set, or one of the keyspace commands that
+    /// see every type (`TYPE`, `OBJECT ENCODING`): its arguments as the client sent them,
+    /// the name first, checked for arity by the front-end (see [`crate::types`]), and a seed
+    /// for the commands that pick at random (`SPOP`, `SRANDMEMBER`, `HRANDFIELD`,
+    /// `ZRANDMEMBER`): drawn once by the replica that took the command and carried in the
+    /// log, so every replica picks the same. Answered by [`Response::Reply`].
+    Cmd { args: Vec<Bytes>, seed: u64 },
 }
 
 /// A stored value as reads return it.
@@ -247,4 +256,33 @@ pub enum Response {
     Error(String),
     /// The results of an [`Op::Batch`], one per operation, in order.
     Batch(Vec<Response>),
+    /// The result of an [`Op::Cmd`], shaped as Redis replies.
+    Reply(Reply),
+}
+
+/// A reply shaped as Redis's (RESP2 or RESP3 decides the bytes: see
+/// [`crate::resp::render_proto`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// A missing value: RESP2's nil bulk, RESP3's null.
+    Nil,
+    /// A missing array: RESP2's nil array, RESP3's null.
+    NilArray,
+    /// `+OK` and the like.
+    Status(String),
+    /// An integer.
+    Int(i64),
+    /// A bulk string.
+    Bulk(Bytes),
+    /// A double, as Redis prints it (`%.17g`, `inf`, `-inf`): a bulk string in RESP2, `,` in
+    /// RESP3.
+    Double(String),
+    /// An array.
+    Array(Vec<Reply>),
+    /// Field/value pairs: a flat array in RESP2, `%` in RESP3.
+    Map(Vec<(Reply, Reply)>),
+    /// Members: an array in RESP2, `~` in RESP3.
+    Set(Vec<Reply>),
+    /// An error: the code word first (`ERR …`, `WRONGTYPE …`), as Redis sends it after `-`.
+    Error(String),
 }

@@ -45,12 +45,13 @@ use std::io::{Read, Write};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use imbl::OrdSet;
+use imbl::{OrdMap, OrdSet};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::codec::{put_u32, put_u64, DecodeError};
 use crate::glob::glob_match;
 use crate::ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Response};
+use crate::types::{self, Coll, Type, WRONGTYPE};
 
 /// The error of `IncrBy` on a value that is not a signed 64-bit decimal (Redis's message, less
 /// its `ERR ` prefix).
@@ -160,9 +161,14 @@ pub const EXPIRY_OVERHEAD: usize = 64;
 
 /// The first bytes of a snapshot.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"WKVS";
-/// The snapshot format's version: 2 ends with an xxh3-64 checksum (several GB/s), 1 (still
-/// restored) with FNV-1a (one byte per multiply: a 137 MB snapshot took 1.5 s to write).
-const SNAPSHOT_VERSION: u8 = 2;
+/// The snapshot format's version: 3 adds each item's type and a collection's elements; 2
+/// (strings only, still restored) ends with an xxh3-64 checksum as 3 does, 1 (still restored)
+/// with FNV-1a (one byte per multiply: a 137 MB snapshot took 1.5 s to write).
+const SNAPSHOT_VERSION: u8 = 3;
+
+/// The bit of a record's key-length field that marks a key holding a collection (its
+/// elements are in [`KvStore`]'s `colls`, its value bytes are empty).
+const TYPED: u32 = 1 << 31;
 
 impl Op {
     /// Whether the operation only reads (`Get`, `Exists`, `Strlen`, `Ttl`, `DbSize`, `Keys`,
@@ -173,6 +179,10 @@ impl Op {
             Op::Batch(ops) => !ops.is_empty() && ops.iter().all(Op::is_read_only),
             // Through the log always: atomic on every replica by construction.
             Op::Multi(_) => false,
+            Op::Cmd { args, .. } => args
+                .first()
+                .and_then(|n| types::spec(n))
+                .is_some_and(types::Spec::read_only),
             op => matches!(
                 op,
                 Op::Get { .. }
@@ -203,9 +213,29 @@ const REC_HEADER: usize = 24;
 
 impl Rec {
     fn new(key: &[u8], value: &[u8], flags: u32, cas: u64, expire_at: Option<u64>) -> Rec {
+        Rec::build(key, value, flags, cas, expire_at, false)
+    }
+
+    /// The record of a key holding a collection.
+    fn typed(key: &[u8], cas: u64, expire_at: Option<u64>) -> Rec {
+        Rec::build(key, &[], 0, cas, expire_at, true)
+    }
+
+    fn build(
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        cas: u64,
+        expire_at: Option<u64>,
+        typed: bool,
+    ) -> Rec {
         // A stored expiry is after the store's clock, so never 0: 0 is free to mean "none".
         assert_ne!(expire_at, Some(0), "expiry 0 stored");
-        let key_len = u32::try_from(key.len()).expect("key of 4 GiB or more");
+        let key_len = u32::try_from(key.len())
+            .ok()
+            .filter(|&n| n < TYPED)
+            .expect("key of 2 GiB or more");
+        let key_len = if typed { key_len | TYPED } else { key_len };
         let mut head = [0u8; REC_HEADER];
         head[0..4].copy_from_slice(&key_len.to_le_bytes());
         head[4..8].copy_from_slice(&flags.to_le_bytes());
@@ -228,7 +258,12 @@ impl Rec {
     }
 
     fn key_len(&self) -> usize {
-        u32::from_le_bytes(self.field(0)) as usize
+        (u32::from_le_bytes(self.field(0)) & !TYPED) as usize
+    }
+
+    /// Whether the key holds a collection.
+    fn is_typed(&self) -> bool {
+        u32::from_le_bytes(self.field(0)) & TYPED != 0
     }
 
     fn key(&self) -> &[u8] {
@@ -332,6 +367,8 @@ impl std::fmt::Debug for Rec {
 #[derive(Clone, Default)]
 pub struct KvStore {
     items: OrdSet<Rec>,
+    /// The collection of every typed item (and nothing else).
+    colls: OrdMap<Bytes, Coll>,
     /// (expiry time, key) of every item with an expiry.
     expiries: BTreeSet<(u64, Bytes)>,
     now_ms: u64,
@@ -350,6 +387,7 @@ impl PartialEq for KvStore {
             && self.hash_sum == other.hash_sum
             && self.used == other.used
             && self.expiries == other.expiries
+            && self.colls == other.colls
             && self.items.len() == other.items.len()
             && self
                 .items
@@ -365,6 +403,7 @@ impl std::fmt::Debug for KvStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KvStore")
             .field("items", &self.items.len())
+            .field("collections", &self.colls.len())
             .field("expiries", &self.expiries.len())
             .field("now_ms", &self.now_ms)
             .field("applied", &self.applied)
@@ -474,7 +513,11 @@ impl KvStore {
     }
 
     fn apply_op(&mut self, index: u64, op: &Op) -> Response {
+        if let Some(wrong) = self.string_conflict(op, self.now_ms) {
+            return wrong;
+        }
         match op {
+            Op::Cmd { args, seed } => Response::Reply(types::apply(self, index, args, *seed)),
             Op::Batch(ops) | Op::Multi(ops) => {
                 Response::Batch(ops.iter().map(|op| self.apply_op(index, op)).collect())
             }
@@ -668,6 +711,7 @@ impl KvStore {
             }
             Op::FlushAll => {
                 self.items = OrdSet::new();
+                self.colls = OrdMap::new();
                 self.expiries.clear();
                 self.hash_sum = 0;
                 self.used = 0;
@@ -700,8 +744,12 @@ impl KvStore {
                     return Response::NotStored;
                 }
                 if from != to {
+                    let coll = self.colls.get(from.as_slice()).cloned();
                     self.remove(from);
-                    self.store(to, e.value(), e.flags(), index, e.expire_at());
+                    match coll {
+                        Some(c) => self.put_typed(to, c, e.cas(), e.expire_at()),
+                        None => self.store(to, e.value(), e.flags(), index, e.expire_at()),
+                    }
                 }
                 Response::Ok
             }
@@ -714,7 +762,10 @@ impl KvStore {
                 if !*replace && self.items.get(to.as_slice()).is_some() {
                     return Response::Int(0);
                 }
-                self.store(to, e.value(), e.flags(), index, e.expire_at());
+                match self.colls.get(from.as_slice()).cloned() {
+                    Some(c) => self.put_typed(to, c, index, e.expire_at()),
+                    None => self.store(to, e.value(), e.flags(), index, e.expire_at()),
+                }
                 Response::Int(1)
             }
             Op::SetRange {
@@ -886,13 +937,19 @@ impl KvStore {
     }
 
     fn answer(&self, now: u64, op: &Op) -> Response {
+        if let Some(wrong) = self.string_conflict(op, now) {
+            return wrong;
+        }
         match op {
+            Op::Cmd { args, seed } if op.is_read_only() => {
+                Response::Reply(types::read(self, now, args, *seed))
+            }
             Op::Batch(ops) | Op::Multi(ops) => {
                 Response::Batch(ops.iter().map(|op| self.answer(now, op)).collect())
             }
             Op::Get { keys } => Response::Items(
                 keys.iter()
-                    .map(|k| self.live(k, now).map(Rec::item))
+                    .map(|k| self.live(k, now).filter(|e| !e.is_typed()).map(Rec::item))
                     .collect(),
             ),
             Op::Exists { keys } => Response::Int(len_i64(
@@ -921,6 +978,7 @@ impl KvStore {
                 cursor,
                 pattern,
                 count,
+                kind,
             } => {
                 let start = if cursor.is_empty() {
                     Bound::Unbounded
@@ -942,7 +1000,9 @@ impl KvStore {
                     let wanted = match pattern {
                         Some(p) => glob_match(p, k),
                         None => true,
-                    };
+                    } && kind
+                        .as_ref()
+                        .is_none_or(|t| t.eq_ignore_ascii_case(self.rec_type(e).name().as_bytes()));
                     if wanted && e.live(now) {
                         keys.push(k.to_vec());
                     }
@@ -1031,6 +1091,7 @@ impl KvStore {
     pub fn snapshot_view(&self) -> SnapshotView {
         SnapshotView {
             items: self.items.clone(),
+            colls: self.colls.clone(),
             applied: self.applied,
             now_ms: self.now_ms,
             used: self.used,
@@ -1054,7 +1115,7 @@ impl KvStore {
     pub fn restore(data: &[u8]) -> Result<KvStore, DecodeError> {
         // Whole in memory (a mapped file): the checksum is checked first, in one pass over
         // the bytes (several GB/s), instead of a few bytes at a time as the items are read.
-        if data.len() >= 5 + 8 && data[..4] == SNAPSHOT_MAGIC[..] && data[4] == 2 {
+        if data.len() >= 5 + 8 && data[..4] == SNAPSHOT_MAGIC[..] && matches!(data[4], 2 | 3) {
             let (body, trailer) = data.split_at(data.len() - 8);
             let sum = xxh3_64(body);
             if trailer != sum.to_le_bytes() {
@@ -1082,11 +1143,12 @@ impl KvStore {
             return Err(DecodeError("not a snapshot"));
         }
         let hash = match (head[4], checked) {
-            (2, Some(sum)) => Checksum::Checked(sum),
+            (2 | 3, Some(sum)) => Checksum::Checked(sum),
             (1, None) => Checksum::Fnv(Fnv::new()),
-            (2, None) => Checksum::Xxh3(Box::default()),
+            (2 | 3, None) => Checksum::Xxh3(Box::default()),
             _ => return Err(DecodeError("unknown snapshot version")),
         };
+        let version = head[4];
         let mut r = HashingReader { inner: r, hash };
         r.hash.write(&head);
         let applied = r.u64()?;
@@ -1119,7 +1181,19 @@ impl KvStore {
             if i > 0 && prev >= key {
                 return Err(DecodeError("keys out of order"));
             }
-            s.insert(Rec::new(&key, &value, flags, cas, expire_at));
+            if key.len() >= TYPED as usize {
+                return Err(DecodeError("key of 2 GiB or more"));
+            }
+            let ty = if version >= 3 { r.u8()? } else { 0 };
+            if ty == 0 {
+                s.insert(Rec::new(&key, &value, flags, cas, expire_at));
+            } else {
+                if !value.is_empty() || flags != 0 {
+                    return Err(DecodeError("a collection with a string value"));
+                }
+                let c = read_coll(&mut r, ty)?;
+                s.put_typed(&key, c, cas, expire_at);
+            }
             std::mem::swap(&mut prev, &mut key);
         }
         let sum = r.hash.finish();
@@ -1221,6 +1295,17 @@ impl KvStore {
             .used
             .checked_sub(old.cost())
             .expect("accounted memory went below zero");
+        if old.is_typed() {
+            let c = self
+                .colls
+                .remove(old.key())
+                .expect("a typed item's collection");
+            self.hash_sum = self.hash_sum.wrapping_sub(c.contribution(old.key()));
+            self.used = self
+                .used
+                .checked_sub(c.cost())
+                .expect("accounted memory went below zero");
+        }
     }
 
     /// Stores an item under `key`, replacing any; an already expired one removes the key.
@@ -1240,14 +1325,131 @@ impl KvStore {
         if e.expire_at() == expire_at {
             return;
         }
+        if e.is_typed() {
+            let c = self
+                .colls
+                .get(key)
+                .cloned()
+                .expect("a typed item's collection");
+            if expire_at.is_some_and(|t| t <= self.now_ms) {
+                self.remove(key);
+            } else {
+                self.put_typed(key, c, e.cas(), expire_at);
+            }
+            return;
+        }
         self.store(key, e.value(), e.flags(), e.cas(), expire_at);
+    }
+
+    /// Stores collection `c` under `key` with its record, replacing whatever the key held.
+    fn put_typed(&mut self, key: &[u8], c: Coll, cas: u64, expire_at: Option<u64>) {
+        assert!(!c.is_empty(), "an empty collection stored");
+        // Inserting the record forgets the key's old item, its collection included.
+        self.insert(Rec::typed(key, cas, expire_at));
+        self.hash_sum = self.hash_sum.wrapping_add(c.contribution(key));
+        self.used += c.cost();
+        let old = self.colls.insert(key.to_vec(), c);
+        assert!(old.is_none(), "a collection left behind by its record");
+    }
+
+    // ---- for the collection commands (crate::types)
+
+    /// The type of the live key `key` at `now`.
+    pub(crate) fn type_of(&self, key: &[u8], now: u64) -> Option<Type> {
+        self.live(key, now).map(|e| self.rec_type(e))
+    }
+
+    fn rec_type(&self, e: &Rec) -> Type {
+        if e.is_typed() {
+            self.colls
+                .get(e.key())
+                .expect("a typed item's collection")
+                .ty()
+        } else {
+            Type::String
+        }
+    }
+
+    /// The collection under `key`, live or not.
+    pub(crate) fn coll(&self, key: &[u8]) -> Option<&Coll> {
+        self.colls.get(key)
+    }
+
+    /// The string value under the live key `key`, if it holds one.
+    pub(crate) fn string_value(&self, key: &[u8], now: u64) -> Option<&[u8]> {
+        self.live(key, now)
+            .filter(|e| !e.is_typed())
+            .map(Rec::value)
+    }
+
+    /// Removes the key if it has expired (a write about to look at it).
+    pub(crate) fn purge_key(&mut self, key: &[u8]) {
+        self.purge(key);
+    }
+
+    /// Stores `c` under `key` (an empty one deletes the key): keeping the key's expiry
+    /// (`keep_expiry`, a changed collection) or with none (a new value).
+    pub(crate) fn put_coll(&mut self, key: &[u8], c: Coll, keep_expiry: bool, index: u64) {
+        self.purge(key);
+        if c.is_empty() {
+            self.remove(key);
+            return;
+        }
+        let expire_at = if keep_expiry {
+            self.items.get(key).and_then(Rec::expire_at)
+        } else {
+            None
+        };
+        self.put_typed(key, c, index, expire_at);
+    }
+
+    /// Deletes a key of any type; whether it was live.
+    pub(crate) fn delete_key(&mut self, key: &[u8]) -> bool {
+        let now = self.now_ms;
+        self.remove(key).is_some_and(|e| e.live(now))
+    }
+
+    /// `WRONGTYPE` for a string operation on a key holding a collection.
+    fn string_conflict(&self, op: &Op, now: u64) -> Option<Response> {
+        let typed = |k: &[u8]| self.live(k, now).is_some_and(Rec::is_typed);
+        let hit = match op {
+            Op::Get { keys } => keys.len() == 1 && typed(&keys[0]),
+            Op::Strlen { key }
+            | Op::GetDel { key }
+            | Op::GetEx { key, .. }
+            | Op::GetRange { key, .. }
+            | Op::GetBit { key, .. }
+            | Op::SetBit { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::IncrBy { key, .. }
+            | Op::IncrByFloat { key, .. }
+            | Op::McIncr { key, .. }
+            | Op::McIncrOr { key, .. }
+            | Op::Append { key, .. }
+            | Op::Prepend { key, .. }
+            | Op::Cas { key, .. } => typed(key),
+            Op::Set {
+                key, get_old: true, ..
+            } => typed(key),
+            Op::Touch {
+                keys, get: true, ..
+            } => keys.iter().any(|k| typed(k)),
+            _ => false,
+        };
+        hit.then(|| Response::Error(WRONGTYPE.into()))
     }
 
     /// The digest sum and accounted memory computed from scratch (a check of the running
     /// ones; O(items)).
     fn recount(&self) -> (u64, u64) {
         self.items.iter().fold((0u64, 0u64), |(h, m), e| {
-            (h.wrapping_add(e.hash()), m + e.cost())
+            let (mut h, mut m) = (h.wrapping_add(e.hash()), m + e.cost());
+            if let Some(c) = self.colls.get(e.key()).filter(|_| e.is_typed()) {
+                c.check();
+                h = h.wrapping_add(c.contribution(e.key()));
+                m += c.cost();
+            }
+            (h, m)
         })
     }
 
@@ -1263,6 +1465,15 @@ impl KvStore {
             .filter(|e| e.expire_at().is_some())
             .count();
         assert_eq!(with_expiry, self.expiries.len(), "expiry index size");
+        let typed = self.items.iter().filter(|e| e.is_typed()).count();
+        assert_eq!(typed, self.colls.len(), "one collection per typed item");
+        for (k, c) in &self.colls {
+            assert!(!c.is_empty(), "an empty collection kept");
+            assert!(
+                self.items.get(k.as_slice()).is_some_and(Rec::is_typed),
+                "a collection without its typed item"
+            );
+        }
         for (t, k) in &self.expiries {
             let e = self
                 .items
@@ -1278,6 +1489,7 @@ impl KvStore {
 #[derive(Clone)]
 pub struct SnapshotView {
     items: OrdSet<Rec>,
+    colls: OrdMap<Bytes, Coll>,
     applied: u64,
     now_ms: u64,
     used: u64,
@@ -1308,10 +1520,14 @@ impl SnapshotView {
 
     /// Streams the snapshot to `w` and returns the bytes written; memory use is one item.
     ///
-    /// Format (little-endian): `WKVS`, version byte 2, `u64` applied index, `u64` clock, `u64`
+    /// Format (little-endian): `WKVS`, version byte 3, `u64` applied index, `u64` clock, `u64`
     /// item count, then per item in key order: `u32` key length and key, `u32` value length and
-    /// value, `u32` flags, `u64` CAS unique, expiry byte (0 none, 1 followed by a `u64` time);
-    /// last, a `u64` xxh3-64 hash of everything before it (version 1: FNV-1a).
+    /// value, `u32` flags, `u64` CAS unique, expiry byte (0 none, 1 followed by a `u64` time),
+    /// type byte ([`Type`]: 0 string; a collection's value is empty and its elements follow:
+    /// `u64` count, then per element a hash's field and value, a list's or set's element, a
+    /// sorted set's member and `u64` score bits, each byte string as `u32` length and bytes, in
+    /// the collection's order); last, a `u64` xxh3-64 hash of everything before it. Version 2
+    /// has no type byte; version 1 ends with FNV-1a.
     pub fn write_to<W: Write>(&self, w: W) -> std::io::Result<u64> {
         let mut w = HashingWriter {
             inner: w,
@@ -1348,6 +1564,12 @@ impl SnapshotView {
                     put_u64(&mut buf, t);
                 }
             }
+            if e.is_typed() {
+                let c = self.colls.get(e.key()).expect("a typed item's collection");
+                write_coll(&mut w, &mut buf, c)?;
+            } else {
+                buf.push(Type::String.tag());
+            }
             if buf.len() >= 64 << 10 {
                 w.write(&buf)?;
                 buf.clear();
@@ -1358,6 +1580,103 @@ impl SnapshotView {
         w.inner.write_all(&sum.to_le_bytes())?;
         Ok(w.written + 8)
     }
+}
+
+/// Writes a collection's type byte and elements into `buf`, flushing it to `w` every 64 KiB.
+fn write_coll<W: Write>(
+    w: &mut HashingWriter<W>,
+    buf: &mut Vec<u8>,
+    c: &Coll,
+) -> std::io::Result<()> {
+    buf.push(c.ty().tag());
+    put_u64(buf, c.len() as u64);
+    let mut flush = |buf: &mut Vec<u8>| -> std::io::Result<()> {
+        if buf.len() >= 64 << 10 {
+            w.write(buf)?;
+            buf.clear();
+        }
+        Ok(())
+    };
+    let put = |buf: &mut Vec<u8>, b: &[u8]| {
+        put_u32(
+            buf,
+            u32::try_from(b.len()).expect("an element of 4 GiB or more"),
+        );
+        buf.extend_from_slice(b);
+    };
+    match c.ty() {
+        Type::Hash => {
+            for (f, v) in c.as_hash() {
+                put(buf, f);
+                put(buf, v);
+                flush(buf)?;
+            }
+        }
+        Type::List => {
+            for e in c.as_list() {
+                put(buf, e);
+                flush(buf)?;
+            }
+        }
+        Type::Set => {
+            for m in c.as_set() {
+                put(buf, m);
+                flush(buf)?;
+            }
+        }
+        Type::ZSet => {
+            for (m, score) in c.as_zset().iter() {
+                put(buf, m);
+                put_u64(buf, score.to_bits());
+                flush(buf)?;
+            }
+        }
+        Type::String => unreachable!("a string is not a collection"),
+    }
+    Ok(())
+}
+
+/// Reads a collection of type tag `ty` (not 0) written by [`write_coll`], checking it.
+fn read_coll<R: Read>(r: &mut HashingReader<R>, ty: u8) -> Result<Coll, DecodeError> {
+    let ty = match ty {
+        1 => Type::Hash,
+        2 => Type::List,
+        3 => Type::Set,
+        4 => Type::ZSet,
+        _ => return Err(DecodeError("unknown item type")),
+    };
+    let n = r.u64()?;
+    if n == 0 {
+        return Err(DecodeError("an empty collection"));
+    }
+    let mut c = Coll::empty(ty);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        r.bytes_into(&mut a)?;
+        let fresh = match ty {
+            Type::Hash => {
+                r.bytes_into(&mut b)?;
+                c.hset(a.clone(), b.clone()).is_none()
+            }
+            Type::List => {
+                c.rpush(a.clone());
+                true
+            }
+            Type::Set => c.sadd(a.clone()),
+            Type::ZSet => {
+                let score = f64::from_bits(r.u64()?);
+                if score.is_nan() {
+                    return Err(DecodeError("a NaN score"));
+                }
+                c.zadd(a.clone(), score).is_none()
+            }
+            Type::String => unreachable!(),
+        };
+        if !fresh {
+            return Err(DecodeError("an element twice in a collection"));
+        }
+    }
+    Ok(c)
 }
 
 /// Writes through to `inner`, hashing what passes.
@@ -1439,7 +1758,7 @@ fn len_i64(n: usize) -> i64 {
 
 /// A signed 64-bit decimal in Redis's strict syntax (`string2ll`): an optional `-`, no leading
 /// zeros (except `0` itself), no `+`, no spaces, at most 20 bytes.
-fn parse_i64(b: &[u8]) -> Option<i64> {
+pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
     if b.is_empty() || b.len() > 20 {
         return None;
     }

@@ -1,7 +1,7 @@
 //! The binary codec: round trips of every variant, strictness, and garbage that must not panic.
 
 use waverunner_kv::codec::{decode_op, decode_response, encode_op, encode_response, DecodeError};
-use waverunner_kv::{Cond, Expiry, Item, Op, Response};
+use waverunner_kv::{Cond, Expiry, Item, Op, Reply, Response};
 
 fn b(s: &str) -> Vec<u8> {
     s.as_bytes().to_vec()
@@ -28,16 +28,27 @@ fn sample_ops() -> Vec<Op> {
             cursor: vec![],
             pattern: None,
             count: 0,
+            kind: None,
         },
         Op::Scan {
             cursor: b("user:42"),
             pattern: Some(b("user:*")),
             count: u32::MAX,
+            kind: None,
         },
         Op::Scan {
             cursor: b("x"),
             pattern: Some(vec![]),
             count: 10,
+            kind: Some(b("hash")),
+        },
+        Op::Cmd {
+            args: vec![b("hset"), b("h"), b("f"), vec![]],
+            seed: 0,
+        },
+        Op::Cmd {
+            args: vec![b("type"), b("k")],
+            seed: u64::MAX,
         },
         Op::MSet { pairs: vec![] },
         Op::MSet {
@@ -191,6 +202,16 @@ fn sample_responses() -> Vec<Response> {
         Response::Error(String::new()),
         Response::Error("value is not an integer or out of range".into()),
         Response::Error("ünïcödé ✓".into()),
+        Response::Reply(Reply::Array(vec![
+            Reply::Nil,
+            Reply::NilArray,
+            Reply::Status("OK".into()),
+            Reply::Int(-1),
+            Reply::Bulk(vec![0, 255]),
+            Reply::Double("1.5".into()),
+            Reply::Map(vec![(Reply::Bulk(b("f")), Reply::Set(vec![Reply::Int(1)]))]),
+            Reply::Error("WRONGTYPE x".into()),
+        ])),
         Response::Batch(vec![]),
         Response::Batch(vec![
             Response::Ok,

@@ -351,7 +351,7 @@ fn every_command_with_random_arguments_translates() {
         Render::TtlMillis,
         Render::Keys,
         Render::Scan,
-        Render::Type,
+        Render::Reply,
     ] {
         for resp in responses() {
             assert!(render(&how, &resp).ends_with(b"\r\n"));

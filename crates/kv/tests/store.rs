@@ -895,6 +895,7 @@ fn read_only_classification() {
             cursor: vec![],
             pattern: None,
             count: 1,
+            kind: None,
         },
     ];
     for op in &reads {
@@ -991,6 +992,7 @@ fn scan_all(s: &KvStore, now: u64, pattern: Option<&str>, count: u32) -> (Vec<Ve
                 cursor: cursor.clone(),
                 pattern: pattern.map(b),
                 count,
+                kind: None,
             },
         );
         let Response::ScanPage { next, keys } = r else {
@@ -1043,6 +1045,7 @@ fn scan_details() {
         cursor: b(cursor),
         pattern: None,
         count,
+        kind: None,
     };
     // Empty store: one empty page, done.
     assert_eq!(
@@ -1141,6 +1144,7 @@ fn scan_survives_concurrent_writes() {
                 cursor,
                 pattern: Some(b("stable???")),
                 count: 7,
+                kind: None,
             },
         ) else {
             panic!()
@@ -1226,6 +1230,7 @@ impl Rng {
                 },
                 pattern: None,
                 count: self.below(10) as u32,
+                kind: None,
             },
             7..=9 => Op::Set {
                 key: self.key(),

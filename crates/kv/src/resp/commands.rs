@@ -44,7 +44,12 @@ pub enum TxCmd {
 /// a `MULTI` queue (`EXEC` then answers `EXECABORT`); other errors are the command's result.
 pub fn lookup(args: &[Vec<u8>]) -> Result<(&'static str, Option<&'static str>), Vec<u8>> {
     let lname = args[0].to_ascii_lowercase();
-    let Some(&(cmd, arity)) = COMMANDS.iter().find(|(n, _)| n.as_bytes() == lname) else {
+    let found = COMMANDS
+        .iter()
+        .find(|(n, _)| n.as_bytes() == lname)
+        .copied()
+        .or_else(|| crate::types::spec(&lname).map(|s| (s.name, s.arity)));
+    let Some((cmd, arity)) = found else {
         return Err(unknown_command(args));
     };
     if !arity_ok(arity, args.len()) {
@@ -98,8 +103,8 @@ pub enum Render {
     Keys,
     /// `SCAN`: `[cursor, [keys…]]`, the cursor as described in the [module docs](self).
     Scan,
-    /// `TYPE`: `+string` if the key exists, else `+none`.
-    Type,
+    /// The [`Reply`] of an [`Op::Cmd`] (the collection commands, `TYPE`, `OBJECT`).
+    Reply,
 }
 
 /// A `CLIENT` or `HELLO` command, answered from the connection's [`Session`].
@@ -277,7 +282,6 @@ const COMMANDS: &[(&str, i32)] = &[
     ("substr", 4),
     ("time", 1),
     ("ttl", 2),
-    ("type", 2),
     ("unlink", -2),
     ("unwatch", 1),
     ("watch", -2),
@@ -307,10 +311,12 @@ const CONFIG: &[(&str, &str)] = &[("appendonly", "no"), ("databases", "1"), ("sa
 pub fn commands_list() -> String {
     let mut names: Vec<String> = COMMANDS
         .iter()
-        .map(|(n, _)| {
+        .map(|(n, _)| *n)
+        .chain(crate::types::specs().map(|s| s.name))
+        .map(|n| {
             let subs: Vec<String> = SUBCOMMANDS
                 .iter()
-                .filter(|(c, _, _)| c == n)
+                .filter(|(c, _, _)| *c == n)
                 .map(|(_, s, _)| s.to_ascii_uppercase())
                 .collect();
             if subs.is_empty() {
@@ -337,6 +343,14 @@ pub fn commands_list() -> String {
     out.push_str(&line);
     out.push('\n');
     out
+}
+
+/// A seed for a command that picks at random: drawn here, carried in the log.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 fn arity_ok(arity: i32, argc: usize) -> bool {
@@ -416,13 +430,12 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
             ),
             None => reply(crate::store::ERR_NOT_FLOAT),
         },
-        "randomkey" => {
-            use std::hash::{BuildHasher, Hasher};
-            let seed = std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish();
-            Action::Store(Op::RandomKey { seed }, Render::Bulk)
-        }
+        "randomkey" => Action::Store(
+            Op::RandomKey {
+                seed: random_seed(),
+            },
+            Render::Bulk,
+        ),
         "setbit" | "getbit" => {
             let offset = parse_int(&args[2]).filter(|&n| (0..1 << 32).contains(&n));
             let Some(offset) = offset else {
@@ -498,6 +511,13 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
                 Render::TtlMillis
             },
         ),
+        _ if crate::types::spec(cmd.as_bytes()).is_some() => {
+            let spec = crate::types::spec(cmd.as_bytes()).expect("just found");
+            let seed = if spec.random { random_seed() } else { 0 };
+            let mut args = args.to_vec();
+            args[0] = cmd.as_bytes().to_vec();
+            Action::Store(Op::Cmd { args, seed }, Render::Reply)
+        }
         "multi" => Action::Tx(TxCmd::Multi),
         "exec" => Action::Tx(TxCmd::Exec),
         "discard" => Action::Tx(TxCmd::Discard),
@@ -580,7 +600,6 @@ pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
             },
             Render::Int,
         ),
-        "type" => Action::Store(Op::Exists { keys: vec![key()] }, Render::Type),
         "incr" | "decr" => Action::Store(
             Op::IncrBy {
                 key: key(),
@@ -1040,7 +1059,7 @@ fn scan(args: &[Vec<u8>]) -> Action {
     };
     let mut pattern = None;
     let mut count: u32 = 10;
-    let mut only_strings = true;
+    let mut kind = None;
     let mut j = 2;
     while j < args.len() {
         let opt = args[j].to_ascii_lowercase();
@@ -1064,20 +1083,17 @@ fn scan(args: &[Vec<u8>]) -> Action {
                     Some(value.clone())
                 }
             }
-            b"type" => only_strings = value.eq_ignore_ascii_case(b"string"),
+            b"type" => kind = Some(value.to_ascii_lowercase()),
             _ => return reply(SYNTAX),
         }
         j += 2;
-    }
-    if !only_strings {
-        // Every value is a string: no key of any other type.
-        return Action::Reply(b"*2\r\n$1\r\n0\r\n*0\r\n".to_vec());
     }
     Action::Store(
         Op::Scan {
             cursor,
             pattern,
             count,
+            kind,
         },
         Render::Scan,
     )

@@ -40,7 +40,7 @@ mod render;
 use std::fmt;
 
 use crate::glob::glob_match;
-use crate::ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Response};
+use crate::ops::{Bytes, Cond, ExpireCond, Expiry, Item, Op, Reply, Response};
 
 pub use commands::*;
 pub use parse::*;

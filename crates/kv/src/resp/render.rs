@@ -108,6 +108,11 @@ pub fn render(render: &Render, resp: &Response) -> Vec<u8> {
 pub fn render_proto(render: &Render, resp: &Response, proto: Proto) -> Vec<u8> {
     let mut out = Vec::new();
     if let Response::Error(msg) = resp {
+        if msg.starts_with("WRONGTYPE ") {
+            let mut out = error_bytes(b"", msg.as_bytes());
+            out.remove(1);
+            return out;
+        }
         return error(msg);
     }
     match (render, resp) {
@@ -152,12 +157,56 @@ pub fn render_proto(render: &Render, resp: &Response, proto: Proto) -> Vec<u8> {
                 bulk(&mut out, k);
             }
         }
-        (Render::Type, Response::Int(n)) => {
-            out.extend_from_slice(if *n > 0 { b"+string\r\n" } else { b"+none\r\n" })
-        }
+        (Render::Reply, Response::Reply(r)) => reply(&mut out, r, proto),
         _ => return error("internal error: unexpected response from the store"),
     }
     out
+}
+
+/// A [`Reply`] in `proto`.
+pub fn reply(out: &mut Vec<u8>, r: &Reply, proto: Proto) {
+    let line = |out: &mut Vec<u8>, c: u8, s: &[u8]| {
+        out.push(c);
+        out.extend(
+            s.iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+        out.extend_from_slice(b"\r\n");
+    };
+    match r {
+        Reply::Nil => nil(out, proto),
+        Reply::NilArray => nil_array(out, proto),
+        Reply::Status(s) => line(out, b'+', s.as_bytes()),
+        Reply::Error(s) => line(out, b'-', s.as_bytes()),
+        Reply::Int(n) => int(out, *n),
+        Reply::Bulk(b) => bulk(out, b),
+        Reply::Double(s) => match proto {
+            Proto::Resp2 => bulk(out, s.as_bytes()),
+            Proto::Resp3 => line(out, b',', s.as_bytes()),
+        },
+        Reply::Array(rs) => {
+            array(out, rs.len());
+            for r in rs {
+                reply(out, r, proto);
+            }
+        }
+        Reply::Set(rs) => {
+            match proto {
+                Proto::Resp2 => array(out, rs.len()),
+                Proto::Resp3 => line(out, b'~', rs.len().to_string().as_bytes()),
+            }
+            for r in rs {
+                reply(out, r, proto);
+            }
+        }
+        Reply::Map(pairs) => {
+            map(out, pairs.len(), proto);
+            for (k, v) in pairs {
+                reply(out, k, proto);
+                reply(out, v, proto);
+            }
+        }
+    }
 }
 
 /// One `INFO` section: its title (`Server`, `CPU`, …) and `name:value` fields.

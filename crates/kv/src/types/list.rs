@@ -1,0 +1,6 @@
+//! Lists.
+
+use super::*;
+
+/// The list commands.
+pub(super) const SPECS: &[Spec] = &[];

@@ -1,0 +1,5 @@
+//! Sets.
+
+use super::*;
+
+pub(super) const SPECS: &[Spec] = &[];
