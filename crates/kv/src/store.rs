@@ -95,7 +95,7 @@ pub fn format_f64(x: f64) -> String {
 /// A key between `min` and `max` (inclusive, in byte order) picked from `seed`: their
 /// common prefix, then random bytes within the bounds at the first difference and after.
 /// Keys sharing a long prefix (`user:1` … `user:999`) are spread over, not only the first.
-fn random_between(min: &[u8], max: &[u8], seed: u64) -> Vec<u8> {
+pub(crate) fn random_between(min: &[u8], max: &[u8], seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     let mut next = || {
         x ^= x << 13;

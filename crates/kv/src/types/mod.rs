@@ -777,6 +777,130 @@ pub(crate) fn index_range(start: i64, stop: i64, len: usize) -> Option<(usize, u
     Some((start as usize, stop as usize))
 }
 
+/// `… cursor [MATCH pattern] [COUNT count]` of `HSCAN`/`SSCAN`/`ZSCAN` (`a[2]` the cursor).
+pub(crate) struct ScanArgs {
+    /// The element to continue after (empty: from the first).
+    pub(crate) cursor: Bytes,
+    pub(crate) pattern: Option<Bytes>,
+    pub(crate) count: usize,
+}
+
+pub(crate) fn scan_args(a: &[Bytes]) -> Result<ScanArgs, Reply> {
+    let cursor = crate::resp::decode_cursor(&a[2]).ok_or_else(|| err("ERR invalid cursor"))?;
+    let (mut pattern, mut count) = (None, 10usize);
+    let mut j = 3;
+    while j < a.len() {
+        let Some(value) = a.get(j + 1) else {
+            return Err(err(SYNTAX));
+        };
+        match a[j].to_ascii_lowercase().as_slice() {
+            b"count" => {
+                let n = int_arg(value)?;
+                if n < 1 {
+                    return Err(err(SYNTAX));
+                }
+                count = usize::try_from(n).unwrap_or(usize::MAX);
+            }
+            b"match" => pattern = (value.as_slice() != b"*").then(|| value.clone()),
+            _ => return Err(err(SYNTAX)),
+        }
+        j += 2;
+    }
+    Ok(ScanArgs {
+        cursor,
+        pattern,
+        count,
+    })
+}
+
+/// One page of a scan over elements in order: up to `count` examined after the cursor
+/// (never ending at the empty element, whose cursor would read as "done"); `out` turns a
+/// matching element into its replies. The reply is `[cursor, [replies…]]`.
+pub(crate) fn scan_page<'a, T: 'a>(
+    s: &ScanArgs,
+    iter: impl Iterator<Item = (&'a Bytes, T)>,
+    mut out: impl FnMut(&'a Bytes, T, &mut Vec<Reply>),
+) -> Reply {
+    let mut iter = iter.peekable();
+    let mut items = Vec::new();
+    let mut examined = 0;
+    let mut last: &[u8] = &[];
+    while let Some((k, v)) = iter.next() {
+        examined += 1;
+        last = k;
+        if s.pattern
+            .as_ref()
+            .is_none_or(|p| crate::glob::glob_match(p, k))
+        {
+            out(k, v, &mut items);
+        }
+        if examined >= s.count && !k.is_empty() {
+            break;
+        }
+    }
+    let next = if iter.peek().is_some() { last } else { &[] };
+    Reply::Array(vec![
+        Reply::Bulk(crate::resp::encode_cursor(next)),
+        Reply::Array(items),
+    ])
+}
+
+/// The bound to start a scan page from.
+pub(crate) fn after(cursor: &[u8]) -> std::ops::Bound<&[u8]> {
+    if cursor.is_empty() {
+        std::ops::Bound::Unbounded
+    } else {
+        std::ops::Bound::Excluded(cursor)
+    }
+}
+
+/// A random byte string between `min` and `max` (inclusive, byte order): a probe to find a
+/// random element of an ordered collection in O(log n), as `RANDOMKEY` does for keys.
+pub(crate) fn probe(min: &[u8], max: &[u8], rng: &mut Rng) -> Bytes {
+    crate::store::random_between(min, max, rng.next())
+}
+
+/// Picks up to `n` distinct positions' worth of elements from an ordered collection of `len`
+/// elements: `first_from(probe)` gives the first element at or after a probe (wrapping), and
+/// `all()` every element. Few picks probe (O(log len) each); many (over a third of the
+/// collection) walk it once (O(len) ≤ 3n).
+pub(crate) fn pick_distinct<'a, T: Ord + Clone + 'a>(
+    len: usize,
+    n: usize,
+    rng: &mut Rng,
+    mut first_from: impl FnMut(&mut Rng) -> T,
+    all: impl Iterator<Item = T>,
+) -> Vec<T> {
+    if n >= len {
+        return all.collect();
+    }
+    if n.saturating_mul(3) > len {
+        // Keep each element with the probability that leaves exactly n (selection sampling).
+        let mut out = Vec::with_capacity(n);
+        let mut left = len;
+        for e in all {
+            if rng.below(left) < n - out.len() {
+                out.push(e);
+            }
+            left -= 1;
+        }
+        return out;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut tries = 0;
+    while seen.len() < n && tries < n * 64 {
+        seen.insert(first_from(rng));
+        tries += 1;
+    }
+    for e in all {
+        if seen.len() >= n {
+            break;
+        }
+        seen.insert(e);
+    }
+    seen.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
