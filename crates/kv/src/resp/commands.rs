@@ -300,10 +300,47 @@ const SUBCOMMANDS: &[(&str, &str, i32)] = &[
     ("command", "info", -2),
     ("command", "list", -2),
     ("config", "get", -3),
+    ("config", "set", -4),
 ];
 
-/// What `CONFIG GET` reports.
-const CONFIG: &[(&str, &str)] = &[("appendonly", "no"), ("databases", "1"), ("save", "")];
+/// What `CONFIG GET` reports: name, value, and whether `CONFIG SET` may change it. The
+/// settable ones tune Redis's compact encodings, which this server does not have (every
+/// collection has one representation whatever its size): a value set is kept per replica
+/// and reported back, and changes nothing else. The others are fixed.
+const CONFIG: &[(&str, &str, bool)] = &[
+    ("appendonly", "no", false),
+    ("databases", "1", false),
+    ("save", "", false),
+    ("maxmemory", "0", false),
+    ("maxmemory-policy", "noeviction", false),
+    ("timeout", "0", false),
+    ("hash-max-listpack-entries", "128", true),
+    ("hash-max-listpack-value", "64", true),
+    ("hash-max-ziplist-entries", "128", true),
+    ("hash-max-ziplist-value", "64", true),
+    ("set-max-intset-entries", "512", true),
+    ("set-max-listpack-entries", "128", true),
+    ("set-max-listpack-value", "64", true),
+    ("zset-max-listpack-entries", "128", true),
+    ("zset-max-listpack-value", "64", true),
+    ("zset-max-ziplist-entries", "128", true),
+    ("zset-max-ziplist-value", "64", true),
+    ("list-max-listpack-size", "-2", true),
+    ("list-max-ziplist-size", "-2", true),
+    ("list-compress-depth", "0", true),
+];
+
+/// Values given by `CONFIG SET` (this replica's, not replicated: they change nothing).
+static CONFIG_SET: std::sync::Mutex<Vec<(&'static str, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn config_value(name: &'static str, default: &'static str) -> String {
+    let set = CONFIG_SET.lock().unwrap_or_else(|e| e.into_inner());
+    set.iter()
+        .rev()
+        .find(|(n, _)| *n == name)
+        .map_or_else(|| default.to_string(), |(_, v)| v.clone())
+}
 
 /// The Redis commands this server knows (the README's list is this, written by
 /// `waverunner commands`): upper-case names in alphabetical order, with the container
@@ -761,15 +798,46 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
             let patterns: Vec<Vec<u8>> = args[2..].iter().map(|p| p.to_ascii_lowercase()).collect();
             let found: Vec<_> = CONFIG
                 .iter()
-                .filter(|(name, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
+                .filter(|(name, _, _)| patterns.iter().any(|p| glob_match(p, name.as_bytes())))
                 .collect();
             let mut out = Vec::new();
             map(&mut out, found.len(), proto);
-            for (name, value) in found {
+            for (name, default, _) in found {
                 bulk(&mut out, name.as_bytes());
-                bulk(&mut out, value.as_bytes());
+                bulk(&mut out, config_value(name, default).as_bytes());
             }
             Action::Reply(out)
+        }
+        ("config", "set") => {
+            if args.len() % 2 != 0 {
+                return reply(&wrong_arity("config|set"));
+            }
+            let mut changes = Vec::new();
+            for pair in args[2..].chunks_exact(2) {
+                let lname = pair[0].to_ascii_lowercase();
+                let Some((name, _, settable)) =
+                    CONFIG.iter().find(|(n, _, _)| n.as_bytes() == lname)
+                else {
+                    let mut msg =
+                        b"Unknown option or number of arguments for CONFIG SET - '".to_vec();
+                    msg.extend_from_slice(c_str(&pair[0], 128));
+                    msg.push(b'\'');
+                    return Action::Reply(error_bytes(b"ERR", &msg));
+                };
+                let value = String::from_utf8_lossy(&pair[1]).into_owned();
+                if !settable || value.parse::<i64>().is_err() {
+                    return reply(&format!(
+                        "CONFIG SET failed (possibly related to argument '{name}') - \
+                         argument couldn't be parsed into an integer"
+                    ));
+                }
+                changes.push((*name, value));
+            }
+            CONFIG_SET
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(changes);
+            Action::Reply(b"+OK\r\n".to_vec())
         }
         _ => Action::Reply(unknown_command(args)),
     }

@@ -212,7 +212,7 @@ fn hrandfield(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
         Ok(Some(c)) => c.as_hash(),
     };
     let mut rng = Rng::new(seed);
-    let first_from = |rng: &mut Rng| -> (Bytes, Bytes) {
+    let probed = |rng: &mut Rng| -> (Bytes, Bytes) {
         let (min, max) = (
             c.get_min().expect("not empty"),
             c.get_max().expect("not empty"),
@@ -224,21 +224,16 @@ fn hrandfield(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
             .unwrap_or((&min.0, &min.1));
         (f.clone(), x.clone())
     };
+    let all = || c.iter().map(|(f, x)| (f.clone(), x.clone()));
     let Some(n) = count else {
-        let (f, _) = { first_from }(&mut rng);
+        let (f, _) = pick_one(c.len(), &mut rng, all(), probed);
         return Reply::Bulk(f);
     };
+    let n_abs = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);
     let picked: Vec<(Bytes, Bytes)> = if n >= 0 {
-        pick_distinct(
-            c.len(),
-            n as usize,
-            &mut rng,
-            first_from,
-            c.iter().map(|(f, x)| (f.clone(), x.clone())),
-        )
+        pick_distinct(c.len(), n_abs, &mut rng, probed, all())
     } else {
-        let f = first_from;
-        (0..n.unsigned_abs()).map(|_| f(&mut rng)).collect()
+        pick_repeats(c.len(), n_abs, &mut rng, all(), probed)
     };
     let mut out = Vec::new();
     for (f, x) in picked {

@@ -860,22 +860,72 @@ pub(crate) fn probe(min: &[u8], max: &[u8], rng: &mut Rng) -> Bytes {
     crate::store::random_between(min, max, rng.next())
 }
 
-/// Picks up to `n` distinct positions' worth of elements from an ordered collection of `len`
-/// elements: `first_from(probe)` gives the first element at or after a probe (wrapping), and
-/// `all()` every element. Few picks probe (O(log len) each); many (over a third of the
-/// collection) walk it once (O(len) ≤ 3n).
-pub(crate) fn pick_distinct<'a, T: Ord + Clone + 'a>(
+/// Up to this many elements, a random pick is uniform: it walks to a drawn position (O(len),
+/// at most this many steps). Beyond, it probes ([`probe`], O(log len)): an element after a wide
+/// gap in byte order is picked more often, as `RANDOMKEY` picks keys.
+pub(crate) const EXACT_PICK_MAX: usize = 1 << 16;
+
+/// One element of a collection of `len` (> 0): `all` walks it in order, `probe` finds the
+/// first element at or after a random probe.
+pub(crate) fn pick_one<T>(
+    len: usize,
+    rng: &mut Rng,
+    mut all: impl Iterator<Item = T>,
+    probe: impl FnOnce(&mut Rng) -> T,
+) -> T {
+    if len <= EXACT_PICK_MAX {
+        all.nth(rng.below(len))
+            .expect("a position below the length")
+    } else {
+        probe(rng)
+    }
+}
+
+/// `n` elements of a collection of `len`, each drawn independently (repeats allowed), in the
+/// order drawn.
+pub(crate) fn pick_repeats<T: Clone>(
     len: usize,
     n: usize,
     rng: &mut Rng,
-    mut first_from: impl FnMut(&mut Rng) -> T,
+    all: impl Iterator<Item = T>,
+    mut probe: impl FnMut(&mut Rng) -> T,
+) -> Vec<T> {
+    if len > EXACT_PICK_MAX {
+        return (0..n).map(|_| probe(rng)).collect();
+    }
+    // Draw the positions, walk once, and put each element where its draw was.
+    let mut draws: Vec<(usize, usize)> = (0..n).map(|i| (rng.below(len), i)).collect();
+    draws.sort_unstable();
+    let mut out: Vec<Option<T>> = vec![None; n];
+    let mut d = 0;
+    for (pos, e) in all.enumerate() {
+        while d < draws.len() && draws[d].0 == pos {
+            out[draws[d].1] = Some(e.clone());
+            d += 1;
+        }
+        if d == draws.len() {
+            break;
+        }
+    }
+    out.into_iter()
+        .map(|e| e.expect("every draw below the length"))
+        .collect()
+}
+
+/// `n` distinct elements of a collection of `len` (all of them if `n ≥ len`), in random order.
+/// Uniform by selection sampling in one walk, unless the collection is larger than
+/// [`EXACT_PICK_MAX`] and `n` under a third of it: then distinct probes.
+pub(crate) fn pick_distinct<T: Ord + Clone>(
+    len: usize,
+    n: usize,
+    rng: &mut Rng,
+    mut probe: impl FnMut(&mut Rng) -> T,
     all: impl Iterator<Item = T>,
 ) -> Vec<T> {
-    if n >= len {
-        return all.collect();
-    }
-    if n.saturating_mul(3) > len {
-        // Keep each element with the probability that leaves exactly n (selection sampling).
+    let mut out = if n >= len {
+        all.collect()
+    } else if len <= EXACT_PICK_MAX || n.saturating_mul(3) > len {
+        // Keep each element with the probability that leaves exactly n.
         let mut out = Vec::with_capacity(n);
         let mut left = len;
         for e in all {
@@ -884,21 +934,24 @@ pub(crate) fn pick_distinct<'a, T: Ord + Clone + 'a>(
             }
             left -= 1;
         }
-        return out;
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    let mut tries = 0;
-    while seen.len() < n && tries < n * 64 {
-        seen.insert(first_from(rng));
-        tries += 1;
-    }
-    for e in all {
-        if seen.len() >= n {
-            break;
+        out
+    } else {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut tries = 0;
+        while seen.len() < n && tries < n * 64 {
+            seen.insert(probe(rng));
+            tries += 1;
         }
-        seen.insert(e);
+        let mut all = all;
+        while seen.len() < n {
+            seen.insert(all.next().expect("n below the length"));
+        }
+        seen.into_iter().collect()
+    };
+    for i in (1..out.len()).rev() {
+        out.swap(i, rng.below(i + 1));
     }
-    seen.into_iter().collect()
+    out
 }
 
 #[cfg(test)]

@@ -80,8 +80,13 @@ fn smembers(v: &View<'_>, a: &[Bytes], _: u64) -> Reply {
     }
 }
 
-/// The first member at or after a random probe (wrapping to the first).
+/// A random member (see [`pick_one`]).
 fn random_member(s: &OrdSet<Bytes>, rng: &mut Rng) -> Bytes {
+    pick_one(s.len(), rng, s.iter().cloned(), |rng| probed_member(s, rng))
+}
+
+/// The first member at or after a random probe (wrapping to the first).
+fn probed_member(s: &OrdSet<Bytes>, rng: &mut Rng) -> Bytes {
     let (min, max) = (
         s.get_min().expect("not empty"),
         s.get_max().expect("not empty"),
@@ -131,7 +136,7 @@ fn spop(t: &mut Txn<'_>, a: &[Bytes], seed: u64) -> Reply {
                 s.len(),
                 usize::try_from(n).unwrap_or(usize::MAX),
                 &mut rng,
-                |rng| random_member(&s, rng),
+                |rng| probed_member(&s, rng),
                 s.iter().cloned(),
             )
         }
@@ -175,7 +180,7 @@ fn srandmember(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
                 s.len(),
                 n as usize,
                 &mut rng,
-                |rng| random_member(s, rng),
+                |rng| probed_member(s, rng),
                 s.iter().cloned(),
             )
             .into_iter()
@@ -183,9 +188,16 @@ fn srandmember(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
             .collect(),
         ),
         Some(n) => Reply::Array(
-            (0..n.unsigned_abs())
-                .map(|_| Reply::Bulk(random_member(s, &mut rng)))
-                .collect(),
+            pick_repeats(
+                s.len(),
+                usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX),
+                &mut rng,
+                s.iter().cloned(),
+                |rng| probed_member(s, rng),
+            )
+            .into_iter()
+            .map(Reply::Bulk)
+            .collect(),
         ),
     }
 }
@@ -314,10 +326,10 @@ fn sstore(t: &mut Txn<'_>, a: &[Bytes], _: u64) -> Reply {
 
 /// `SINTERCARD numkeys key… [LIMIT limit]`.
 fn sintercard(v: &View<'_>, a: &[Bytes], _: u64) -> Reply {
+    // Redis answers one message for any bad numkeys, and one for any bad LIMIT.
     let numkeys = match int_arg(&a[1]) {
         Ok(n) if n > 0 => n as usize,
-        Ok(_) => return err("ERR numkeys should be greater than 0"),
-        Err(e) => return e,
+        _ => return err("ERR numkeys should be greater than 0"),
     };
     if numkeys > a.len() - 2 {
         return err("ERR Number of keys can't be greater than number of args");
@@ -328,8 +340,7 @@ fn sintercard(v: &View<'_>, a: &[Bytes], _: u64) -> Reply {
         if a[j].eq_ignore_ascii_case(b"limit") && j + 1 < a.len() {
             match int_arg(&a[j + 1]) {
                 Ok(l) if l >= 0 => limit = usize::try_from(l).unwrap_or(usize::MAX),
-                Ok(_) => return err("ERR LIMIT can't be negative"),
-                Err(e) => return e,
+                _ => return err("ERR LIMIT can't be negative"),
             }
             j += 2;
         } else {
