@@ -946,3 +946,86 @@ fn memccapable_text_and_binary_on_leader_and_follower() {
         }
     }
 }
+
+/// Hashes, lists, sets and sorted sets through redis-py 8 (RESP3 and RESP2) on the leader and
+/// a follower, inside its default (transactional) pipeline too; then every replica holds the
+/// same digest and answers the same, and `TYPE`/`SCAN … TYPE` see every type.
+#[test]
+fn data_types_through_redis_py_on_every_replica() {
+    let c = cluster3(Opts::default());
+    let leader = c.status(c.ids()[0]).leader;
+    let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    for (id, proto) in [(leader, 3), (follower, 3), (leader, 2), (follower, 2)] {
+        let addr = c.redis_addr(id);
+        let script = format!(
+            r#"
+import redis
+r = redis.Redis(host="{ip}", port={port}, socket_timeout=10, protocol={proto})
+k = "types:{id}:{proto}:"
+assert r.hset(k + "h", mapping={{"a": "1", "b": "2"}}) == 2
+assert r.hget(k + "h", "a") == b"1"
+assert r.hgetall(k + "h") == {{b"a": b"1", b"b": b"2"}}
+assert r.hincrby(k + "h", "a", 5) == 6
+assert r.hdel(k + "h", "b") == 1
+assert r.rpush(k + "l", "x", "y", "z") == 3
+assert r.lpush(k + "l", "w") == 4
+assert r.lrange(k + "l", 0, -1) == [b"w", b"x", b"y", b"z"]
+assert r.lpop(k + "l") == b"w"
+assert r.rpop(k + "l", 2) == [b"z", b"y"]
+assert r.sadd(k + "s", "m1", "m2", "m3") == 3
+assert r.smembers(k + "s") == {{b"m1", b"m2", b"m3"}}
+assert r.sismember(k + "s", "m2") in (True, 1)
+assert r.srem(k + "s", "m1") == 1
+assert r.type(k + "h") in (b"hash", "hash")
+assert r.type(k + "l") in (b"list", "list")
+assert r.type(k + "s") in (b"set", "set")
+try:
+    r.hget(k + "s", "x")
+    raise SystemExit("WRONGTYPE expected")
+except redis.ResponseError as e:
+    assert str(e).startswith("WRONGTYPE"), e
+p = r.pipeline()
+p.hset(k + "h2", "f", "v").sadd(k + "s2", "a").rpush(k + "l2", "1").hgetall(k + "h2")
+assert p.execute() == [1, 1, 1, {{b"f": b"v"}}]
+assert sorted(r.scan_iter(match=k + "*", _type="set")) == sorted([(k + "s").encode(), (k + "s2").encode()])
+print("ok")
+"#,
+            ip = addr.ip(),
+            port = addr.port(),
+        );
+        redis_py_8(
+            &script,
+            &format!("redis-py 8 types (protocol {proto}) at node {id}"),
+        );
+    }
+    let k = format!("types:{leader}:3:");
+    everywhere(&c, &["HGET", &format!("{k}h"), "a"], "\"6\"");
+    everywhere(&c, &["LRANGE", &format!("{k}l"), "0", "-1"], "1) \"x\"");
+    everywhere(&c, &["SCARD", &format!("{k}s")], "(integer) 2");
+    everywhere(&c, &["TYPE", &format!("{k}h2")], "hash");
+    everywhere(
+        &c,
+        &["OBJECT", "ENCODING", &format!("{k}s")],
+        "\"listpack\"",
+    );
+    // Every replica converges on the same state, collections included.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen: Vec<(u64, u64)> = c
+            .ids()
+            .iter()
+            .map(|&id| {
+                let st = c.status(id);
+                (st.applied_index, st.digest)
+            })
+            .collect();
+        if seen.windows(2).all(|w| w[0] == w[1]) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replicas did not converge: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1370,6 +1370,19 @@ impl KvStore {
         }
     }
 
+    /// The bytes accounted for the live key `key` (its record, and its collection's elements).
+    pub(crate) fn key_cost(&self, key: &[u8], now: u64) -> Option<u64> {
+        let e = self.live(key, now)?;
+        Some(
+            e.cost()
+                + self
+                    .colls
+                    .get(key)
+                    .filter(|_| e.is_typed())
+                    .map_or(0, Coll::cost),
+        )
+    }
+
     /// The collection under `key`, live or not.
     pub(crate) fn coll(&self, key: &[u8]) -> Option<&Coll> {
         self.colls.get(key)

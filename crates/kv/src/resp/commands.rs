@@ -310,7 +310,7 @@ const SUBCOMMANDS: &[(&str, &str, i32)] = &[
 const CONFIG: &[(&str, &str, bool)] = &[
     ("appendonly", "no", false),
     ("databases", "1", false),
-    ("save", "", false),
+    ("save", "", true),
     ("maxmemory", "0", false),
     ("maxmemory-policy", "noeviction", false),
     ("timeout", "0", false),
@@ -825,7 +825,7 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
                     return Action::Reply(error_bytes(b"ERR", &msg));
                 };
                 let value = String::from_utf8_lossy(&pair[1]).into_owned();
-                if !settable || value.parse::<i64>().is_err() {
+                if !settable || (*name != "save" && value.parse::<i64>().is_err()) {
                     return reply(&format!(
                         "CONFIG SET failed (possibly related to argument '{name}') - \
                          argument couldn't be parsed into an integer"

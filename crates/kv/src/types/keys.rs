@@ -108,4 +108,45 @@ fn object(v: &View<'_>, a: &[Bytes], _: u64) -> Reply {
     }
 }
 
-pub(super) const SPECS: &[Spec] = &[r("type", 2, type_), r("object", -2, object)];
+/// `MEMORY USAGE key [SAMPLES n]`: the bytes the store accounts for the key (see
+/// `KvStore::used_memory`); `MEMORY HELP`.
+fn memory(v: &View<'_>, a: &[Bytes], _: u64) -> Reply {
+    let sub = a[1].to_ascii_lowercase();
+    match sub.as_slice() {
+        b"help" if a.len() == 2 => Reply::Array(
+            [
+                "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "USAGE <key> [SAMPLES <count>]",
+                "    Return memory in bytes used by <key> and its value.",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Reply::Status((*l).into()))
+            .collect(),
+        ),
+        b"usage" if a.len() == 3 || a.len() == 5 => {
+            if a.len() == 5 {
+                if !a[3].eq_ignore_ascii_case(b"samples") {
+                    return err(SYNTAX);
+                }
+                if let Err(e) = int_arg(&a[4]) {
+                    return e;
+                }
+            }
+            v.store.key_cost(&a[2], v.now).map_or(Reply::Nil, |n| {
+                Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
+            })
+        }
+        _ => err(&format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try MEMORY HELP.",
+            String::from_utf8_lossy(&a[1])
+        )),
+    }
+}
+
+pub(super) const SPECS: &[Spec] = &[
+    r("type", 2, type_),
+    r("object", -2, object),
+    r("memory", -2, memory),
+];
