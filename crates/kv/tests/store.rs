@@ -1493,7 +1493,7 @@ fn sealed(body: &[u8]) -> Vec<u8> {
 }
 
 fn header(applied: u64, now: u64, count: u64) -> Vec<u8> {
-    let mut v = b("WKVS\x02");
+    let mut v = b("WKVS\x03");
     v.extend_from_slice(&applied.to_le_bytes());
     v.extend_from_slice(&now.to_le_bytes());
     v.extend_from_slice(&count.to_le_bytes());
@@ -1515,6 +1515,8 @@ fn snap_item(key: &str, value: &str, flags: u32, cas: u64, expiry: Option<u64>) 
             v.extend_from_slice(&t.to_le_bytes());
         }
     }
+    // Its type: a string.
+    v.push(0);
     v
 }
 
@@ -1531,6 +1533,16 @@ fn snapshot_layout_is_as_documented() {
     body.extend(snap_item("a", "x", 9, 3, Some(500)));
     body.extend(snap_item("b", "yz", 0, 4, None));
     assert_eq!(s.snapshot(), sealed(&body));
+    // Version 2 (no type byte: strings only) is still restored.
+    let mut v2 = header(4, 200, 2);
+    v2[4] = 2;
+    for item in [
+        snap_item("a", "x", 9, 3, Some(500)),
+        snap_item("b", "yz", 0, 4, None),
+    ] {
+        v2.extend_from_slice(&item[..item.len() - 1]);
+    }
+    assert_eq!(KvStore::restore(&sealed(&v2)).unwrap(), s);
 }
 
 #[test]
@@ -1560,10 +1572,38 @@ fn restore_validates_contents_behind_a_good_checksum() {
     .is_err());
     // A CAS unique after the applied index.
     assert!(ok(&[snap_item("a", "1", 0, 11, None)]).is_err());
-    // A bad expiry tag.
+    // A bad expiry tag, a bad type.
     let mut bad = snap_item("a", "1", 0, 1, None);
-    *bad.last_mut().unwrap() = 2;
+    let n = bad.len();
+    bad[n - 2] = 2;
     assert!(ok(&[bad]).is_err());
+    let mut bad = snap_item("a", "1", 0, 1, None);
+    *bad.last_mut().unwrap() = 9;
+    assert!(ok(&[bad]).is_err());
+    // A collection with a string value, and an empty collection.
+    let mut bad = snap_item("a", "1", 0, 1, None);
+    *bad.last_mut().unwrap() = 3;
+    bad.extend_from_slice(&1u64.to_le_bytes());
+    bad.extend_from_slice(&1u32.to_le_bytes());
+    bad.push(b'm');
+    assert!(ok(&[bad]).is_err());
+    let mut empty = snap_item("a", "", 0, 1, None);
+    *empty.last_mut().unwrap() = 3;
+    empty.extend_from_slice(&0u64.to_le_bytes());
+    assert!(ok(&[empty]).is_err());
+    let mut one = snap_item("a", "", 0, 1, None);
+    *one.last_mut().unwrap() = 3;
+    one.extend_from_slice(&1u64.to_le_bytes());
+    one.extend_from_slice(&1u32.to_le_bytes());
+    one.push(b'm');
+    assert!(ok(&[one.clone()]).is_ok());
+    // A set member twice.
+    let mut twice = one.clone();
+    let at = twice.len() - 13;
+    twice[at..at + 8].copy_from_slice(&2u64.to_le_bytes());
+    twice.extend_from_slice(&1u32.to_le_bytes());
+    twice.push(b'm');
+    assert!(ok(&[twice]).is_err());
     // A count larger than the items present, or absurdly large.
     let mut body = header(10, 0, 2);
     body.extend(snap_item("a", "1", 0, 1, None));
@@ -1580,7 +1620,7 @@ fn restore_validates_contents_behind_a_good_checksum() {
     body[0] = b'X';
     assert!(KvStore::restore(&sealed(&body)).is_err());
     let mut body = header(10, 0, 0);
-    body[4] = 3;
+    body[4] = 4;
     assert!(KvStore::restore(&sealed(&body)).is_err());
     // Error messages are displayable.
     let e = KvStore::restore(b"short").unwrap_err();
@@ -1722,7 +1762,9 @@ fn a_version_1_snapshot_still_restores() {
     body.extend_from_slice(&4u64.to_le_bytes());
     body.extend_from_slice(&200u64.to_le_bytes());
     body.extend_from_slice(&1u64.to_le_bytes());
-    body.extend(snap_item("b", "yz", 0, 4, None));
+    let one = snap_item("b", "yz", 0, 4, None);
+    // Without version 3's type byte.
+    body.extend_from_slice(&one[..one.len() - 1]);
     let mut v1 = body.clone();
     v1.extend_from_slice(&fnv(&body).to_le_bytes());
     let r = KvStore::restore(&v1).expect("a version 1 snapshot");

@@ -809,8 +809,8 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
             Action::Reply(out)
         }
         ("config", "set") => {
-            if args.len() % 2 != 0 {
-                return reply(&wrong_arity("config|set"));
+            if !args.len().is_multiple_of(2) {
+                return reply(wrong_arity("config|set"));
             }
             let mut changes = Vec::new();
             for pair in args[2..].chunks_exact(2) {
@@ -826,7 +826,7 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
                 };
                 let value = String::from_utf8_lossy(&pair[1]).into_owned();
                 if !settable || (*name != "save" && value.parse::<i64>().is_err()) {
-                    return reply(&format!(
+                    return reply(format!(
                         "CONFIG SET failed (possibly related to argument '{name}') - \
                          argument couldn't be parsed into an integer"
                     ));

@@ -15,7 +15,7 @@ fn take_hash(t: &mut Txn<'_>, key: &[u8]) -> Result<Coll, Reply> {
 /// `HSET key field value [field value …]` (and `HMSET`, which answers `+OK`): the number of
 /// fields added.
 fn hset(t: &mut Txn<'_>, a: &[Bytes], _: u64) -> Reply {
-    if a.len() % 2 != 0 {
+    if !a.len().is_multiple_of(2) {
         return err(&format!(
             "ERR wrong number of arguments for '{}' command",
             String::from_utf8_lossy(&a[0])
@@ -197,7 +197,7 @@ fn hrandfield(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
         },
         _ => return err(SYNTAX),
     };
-    if count.is_some_and(|n| n < -(i64::MAX / 2) || n > i64::MAX / 2) {
+    if count.is_some_and(|n| !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n)) {
         return err("ERR value is out of range");
     }
     let c = match get_hash(v, &a[1]) {

@@ -673,20 +673,6 @@ pub(crate) fn int_arg(b: &[u8]) -> Result<i64, Reply> {
     crate::store::parse_i64(b).ok_or_else(|| err(NOT_INTEGER))
 }
 
-/// A float argument as Redis reads one (`inf`, `-inf`, `+inf` allowed; NaN refused).
-pub(crate) fn float_arg(b: &[u8]) -> Option<f64> {
-    let s = std::str::from_utf8(b).ok()?;
-    if s.is_empty() || s.trim() != s {
-        return None;
-    }
-    let x = match s.to_ascii_lowercase().as_str() {
-        "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
-        "-inf" | "-infinity" => f64::NEG_INFINITY,
-        _ => s.parse::<f64>().ok()?,
-    };
-    (!x.is_nan()).then_some(x)
-}
-
 /// A double as Redis 7.0 prints one (`%.17g`; `inf`, `-inf`).
 pub fn fmt_double(x: f64) -> String {
     if x.is_infinite() {
@@ -825,7 +811,7 @@ pub(crate) fn scan_page<'a, T: 'a>(
     let mut items = Vec::new();
     let mut examined = 0;
     let mut last: &[u8] = &[];
-    while let Some((k, v)) = iter.next() {
+    for (k, v) in iter.by_ref() {
         examined += 1;
         last = k;
         if s.pattern

@@ -158,7 +158,7 @@ fn srandmember(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
         Ok(c) => c,
         Err(e) => return e,
     };
-    if count.is_some_and(|n| n < -(i64::MAX / 2) || n > i64::MAX / 2) {
+    if count.is_some_and(|n| !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n)) {
         return err("ERR value is out of range");
     }
     let s = match v.get(&a[1], Type::Set) {
