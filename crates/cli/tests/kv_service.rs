@@ -1029,3 +1029,97 @@ print("ok")
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `WATCH`: a transaction whose watched key another client changed — through another replica
+/// — is not applied (`EXEC` answers nil); untouched, it is; `UNWATCH`, `DISCARD` and `EXEC`
+/// end the watch. Then redis-py's optimistic-locking helper (`transaction()` with `watch`)
+/// counts 4 × 25 increments from four racing clients on different replicas exactly.
+#[test]
+fn watch_aborts_when_another_replica_changed_the_key() {
+    let c = cluster3(Opts::default());
+    let leader = c.status(c.ids()[0]).leader;
+    let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    for (watcher, writer) in [(leader, follower), (follower, leader)] {
+        let k = format!("w{watcher}");
+        let w = |args: &[&str]| redis(c.redis_addr(writer), args);
+        let script = format!(
+            r#"
+import redis
+r = redis.Redis(host="{ip}", port={port}, socket_timeout=10)
+other = redis.Redis(host="{oip}", port={oport}, socket_timeout=10)
+k = "{k}"
+r.set(k, "1")
+# Not changed: applied.
+p = r.pipeline()
+p.watch(k)
+p.multi()
+p.incr(k)
+assert p.execute() == [2], "untouched"
+# Changed by another client on another replica: not applied.
+p = r.pipeline()
+p.watch(k)
+other.set(k, "100")
+p.multi()
+p.incr(k)
+try:
+    p.execute()
+    raise SystemExit("EXEC applied a transaction whose watched key changed")
+except redis.WatchError:
+    pass
+assert r.get(k) == b"100"
+# Deleted, and given an expiry: changes too.
+for change in (lambda: other.delete(k), lambda: other.expire(k, 1000)):
+    r.set(k, "1")
+    p = r.pipeline()
+    p.watch(k)
+    change()
+    p.multi()
+    p.set(k, "tx")
+    try:
+        p.execute()
+        raise SystemExit("a watched change was missed")
+    except redis.WatchError:
+        pass
+# UNWATCH forgets.
+p = r.pipeline()
+p.watch(k)
+other.set(k, "5")
+p.unwatch()
+p.multi()
+p.incr(k)
+assert p.execute() == [6]
+# Optimistic locking from four clients on three replicas: no increment lost.
+import threading
+ports = [{ports}]
+def work(port):
+    cl = redis.Redis(host="{ip}", port=port, socket_timeout=10)
+    for _ in range(25):
+        def add(pipe):
+            v = int(pipe.get(k + ":n") or 0)
+            pipe.multi()
+            pipe.set(k + ":n", v + 1)
+        cl.transaction(add, k + ":n")
+ts = [threading.Thread(target=work, args=(ports[i % len(ports)],)) for i in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert r.get(k + ":n") == b"100", r.get(k + ":n")
+print("ok")
+"#,
+            ip = c.redis_addr(watcher).ip(),
+            port = c.redis_addr(watcher).port(),
+            oip = c.redis_addr(writer).ip(),
+            oport = c.redis_addr(writer).port(),
+            ports = c
+                .ids()
+                .iter()
+                .map(|&id| c.redis_addr(id).port().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        redis_py_8(
+            &script,
+            &format!("WATCH on node {watcher}, writes on {writer}"),
+        );
+        assert_eq!(w(&["GET", &format!("{k}:n")]), "\"100\"");
+    }
+}

@@ -56,6 +56,7 @@
 //! | 35  | `Cmd` that reads | `u64` seed, args (the name first: a read-only command) |
 //! | 36  | `Cmd` that writes | `u64` seed, args |
 //! | 37  | `Scan` with a type | cursor, option pattern, `u32` count, type name |
+//! | 38  | `WatchCheck` | `u64` since, keys (first in a `Multi`, nowhere else inside one) |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -142,6 +143,7 @@ const OP_MCINCROR: u8 = 34;
 const OP_CMD_READ: u8 = 35;
 const OP_CMD_WRITE: u8 = 36;
 const OP_SCAN_TYPE: u8 = 37;
+const OP_WATCH_CHECK: u8 = 38;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -208,6 +210,11 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             if let Some(k) = kind {
                 put_bytes(out, k);
             }
+        }
+        Op::WatchCheck { since, keys } => {
+            out.push(OP_WATCH_CHECK);
+            put_u64(out, *since);
+            put_list(out, keys);
         }
         Op::Cmd { args, seed } => {
             let read_only = args
@@ -535,6 +542,10 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
                 None
             },
         },
+        OP_WATCH_CHECK => Op::WatchCheck {
+            since: r.u64()?,
+            keys: r.list()?,
+        },
         tag @ (OP_CMD_READ | OP_CMD_WRITE) => {
             let seed = r.u64()?;
             let args = r.list()?;
@@ -698,11 +709,14 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
                 return Err(DecodeError("empty transaction"));
             }
             let mut ops = Vec::with_capacity(n);
-            for _ in 0..n {
+            for i in 0..n {
                 let len = r.u32()? as usize;
                 let b = r.take(len)?;
                 if matches!(b.first(), Some(&OP_BATCH | &OP_MULTI)) {
                     return Err(DecodeError("nested transaction"));
+                }
+                if i > 0 && b.first() == Some(&OP_WATCH_CHECK) {
+                    return Err(DecodeError("a watch check inside a transaction"));
                 }
                 ops.push(decode_op(b)?);
             }
@@ -1238,6 +1252,10 @@ mod tests {
                 count: 1,
                 kind: Some(b"set".to_vec()),
             },
+            Op::WatchCheck {
+                since: 3,
+                keys: vec![k()],
+            },
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -1248,9 +1266,23 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_SCAN_TYPE).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_WATCH_CHECK).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_SCAN_TYPE + 1]));
+        assert!(!is_read_only_command(&[OP_WATCH_CHECK + 1]));
+        // A watch check opens a transaction, nowhere else in it.
+        let check = Op::WatchCheck {
+            since: 1,
+            keys: vec![k()],
+        };
+        let mut b = Vec::new();
+        encode_op(&Op::Multi(vec![check.clone(), Op::DbSize]), &mut b);
+        assert!(decode_op(&b).is_ok());
+        b.clear();
+        encode_op(&Op::Multi(vec![Op::DbSize, check]), &mut b);
+        assert_eq!(
+            decode_op(&b),
+            Err(DecodeError("a watch check inside a transaction"))
+        );
         // A batch reads only if all of it does; a malformed one is not a read.
         let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
         let mut b = Vec::new();

@@ -216,6 +216,11 @@ pub enum Op {
     /// `ZRANDMEMBER`): drawn once by the replica that took the command and carried in the
     /// log, so every replica picks the same. Answered by [`Response::Reply`].
     Cmd { args: Vec<Bytes>, seed: u64 },
+    /// `WATCH`'s check, first in a transaction ([`Op::Multi`]) and nowhere else: the
+    /// transaction applies only if none of `keys` changed after log index `since` (the index
+    /// the watching replica had applied when the client said `WATCH`); otherwise it changes
+    /// nothing and answers [`Reply::NilArray`]. See [`crate::KvStore`]'s `changed_since`.
+    WatchCheck { since: u64, keys: Vec<Bytes> },
 }
 
 /// A stored value as reads return it.

@@ -161,10 +161,16 @@ pub const EXPIRY_OVERHEAD: usize = 64;
 
 /// The first bytes of a snapshot.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"WKVS";
-/// The snapshot format's version: 3 adds each item's type and a collection's elements; 2
+/// How many keys the store remembers the last deletion or expiry change of, for `WATCH`
+/// ([`KvStore`]'s `touched`); past it the oldest are forgotten and every transaction watching
+/// since before them aborts (a spurious abort is allowed, a missed change is not).
+pub const WATCH_MEMORY: usize = 1 << 16;
+
+/// The snapshot format's version: 4 adds what `WATCH` needs (the touched keys); 3 each
+/// item's type and a collection's elements; 2
 /// (strings only, still restored) ends with an xxh3-64 checksum as 3 does, 1 (still restored)
 /// with FNV-1a (one byte per multiply: a 137 MB snapshot took 1.5 s to write).
-const SNAPSHOT_VERSION: u8 = 3;
+const SNAPSHOT_VERSION: u8 = 4;
 
 /// The bit of a record's key-length field that marks a key holding a collection (its
 /// elements are in [`KvStore`]'s `colls`, its value bytes are empty).
@@ -369,6 +375,16 @@ pub struct KvStore {
     items: OrdSet<Rec>,
     /// The collection of every typed item (and nothing else).
     colls: OrdMap<Bytes, Coll>,
+    /// For `WATCH`: the log index of the last change to each key that its record does not
+    /// show (a deletion, an expiry set or cleared, an expired item removed), at most
+    /// [`WATCH_MEMORY`] keys, the oldest forgotten first; `touched_at` orders them by index.
+    touched: OrdMap<Bytes, u64>,
+    touched_at: OrdSet<(u64, Bytes)>,
+    /// Every key counts as changed at this index (the largest index forgotten from
+    /// `touched`, or the last `FLUSHALL`).
+    touched_floor: u64,
+    /// Bytes `touched` takes in a snapshot (for [`SnapshotView::len_bound`] in O(1)).
+    touched_bytes: u64,
     /// (expiry time, key) of every item with an expiry.
     expiries: BTreeSet<(u64, Bytes)>,
     now_ms: u64,
@@ -388,6 +404,8 @@ impl PartialEq for KvStore {
             && self.used == other.used
             && self.expiries == other.expiries
             && self.colls == other.colls
+            && self.touched == other.touched
+            && self.touched_floor == other.touched_floor
             && self.items.len() == other.items.len()
             && self
                 .items
@@ -518,7 +536,20 @@ impl KvStore {
         }
         match op {
             Op::Cmd { args, seed } => Response::Reply(types::apply(self, index, args, *seed)),
-            Op::Batch(ops) | Op::Multi(ops) => {
+            Op::Multi(ops) => {
+                let ops = match ops.split_first() {
+                    Some((Op::WatchCheck { since, keys }, rest)) => {
+                        if keys.iter().any(|k| self.changed_since(k, *since)) {
+                            return Response::Reply(crate::Reply::NilArray);
+                        }
+                        rest
+                    }
+                    _ => ops.as_slice(),
+                };
+                Response::Batch(ops.iter().map(|op| self.apply_op(index, op)).collect())
+            }
+            Op::WatchCheck { .. } => Response::Ok,
+            Op::Batch(ops) => {
                 Response::Batch(ops.iter().map(|op| self.apply_op(index, op)).collect())
             }
             Op::Get { .. }
@@ -712,6 +743,12 @@ impl KvStore {
             Op::FlushAll => {
                 self.items = OrdSet::new();
                 self.colls = OrdMap::new();
+                // Every key that existed changed; which ones is not kept (that would cost
+                // time in the number of keys): every watch from before aborts.
+                self.touched = OrdMap::new();
+                self.touched_at = OrdSet::new();
+                self.touched_bytes = 0;
+                self.touched_floor = index;
                 self.expiries.clear();
                 self.hash_sum = 0;
                 self.used = 0;
@@ -746,6 +783,8 @@ impl KvStore {
                 if from != to {
                     let coll = self.colls.get(from.as_slice()).cloned();
                     self.remove(from);
+                    // The destination may keep the source's CAS unique, older than a watch.
+                    self.touch(to);
                     match coll {
                         Some(c) => self.put_typed(to, c, e.cas(), e.expire_at()),
                         None => self.store(to, e.value(), e.flags(), index, e.expire_at()),
@@ -1092,6 +1131,9 @@ impl KvStore {
         SnapshotView {
             items: self.items.clone(),
             colls: self.colls.clone(),
+            touched: self.touched.clone(),
+            touched_floor: self.touched_floor,
+            touched_bytes: self.touched_bytes,
             applied: self.applied,
             now_ms: self.now_ms,
             used: self.used,
@@ -1115,7 +1157,7 @@ impl KvStore {
     pub fn restore(data: &[u8]) -> Result<KvStore, DecodeError> {
         // Whole in memory (a mapped file): the checksum is checked first, in one pass over
         // the bytes (several GB/s), instead of a few bytes at a time as the items are read.
-        if data.len() >= 5 + 8 && data[..4] == SNAPSHOT_MAGIC[..] && matches!(data[4], 2 | 3) {
+        if data.len() >= 5 + 8 && data[..4] == SNAPSHOT_MAGIC[..] && matches!(data[4], 2..=4) {
             let (body, trailer) = data.split_at(data.len() - 8);
             let sum = xxh3_64(body);
             if trailer != sum.to_le_bytes() {
@@ -1143,9 +1185,9 @@ impl KvStore {
             return Err(DecodeError("not a snapshot"));
         }
         let hash = match (head[4], checked) {
-            (2 | 3, Some(sum)) => Checksum::Checked(sum),
+            (2..=4, Some(sum)) => Checksum::Checked(sum),
             (1, None) => Checksum::Fnv(Fnv::new()),
-            (2 | 3, None) => Checksum::Xxh3(Box::default()),
+            (2..=4, None) => Checksum::Xxh3(Box::default()),
             _ => return Err(DecodeError("unknown snapshot version")),
         };
         let version = head[4];
@@ -1195,6 +1237,31 @@ impl KvStore {
                 s.put_typed(&key, c, cas, expire_at);
             }
             std::mem::swap(&mut prev, &mut key);
+        }
+        if version >= 4 {
+            s.touched_floor = r.u64()?;
+            if s.touched_floor > applied {
+                return Err(DecodeError("a change after the applied index"));
+            }
+            let n = r.u64()?;
+            if n > WATCH_MEMORY as u64 {
+                return Err(DecodeError("too many touched keys"));
+            }
+            let mut prev: Option<Bytes> = None;
+            for _ in 0..n {
+                r.bytes_into(&mut key)?;
+                let at = r.u64()?;
+                if at > applied {
+                    return Err(DecodeError("a change after the applied index"));
+                }
+                if prev.as_ref().is_some_and(|p| *p >= key) {
+                    return Err(DecodeError("touched keys out of order"));
+                }
+                s.touched.insert(key.clone(), at);
+                s.touched_at.insert((at, key.clone()));
+                s.touched_bytes += touched_cost(&key);
+                prev = Some(key.clone());
+            }
         }
         let sum = r.hash.finish();
         let mut trailer = [0u8; 8];
@@ -1278,7 +1345,36 @@ impl KvStore {
     fn remove(&mut self, key: &[u8]) -> Option<Rec> {
         let old = self.items.remove(key)?;
         self.forget(&old);
+        self.touch(key);
         Some(old)
+    }
+
+    /// Remembers that `key` changed at the index being applied, in a way its record does
+    /// not show (for `WATCH`).
+    fn touch(&mut self, key: &[u8]) {
+        let index = self.applied;
+        match self.touched.insert(key.to_vec(), index) {
+            Some(old) => {
+                self.touched_at.remove(&(old, key.to_vec()));
+            }
+            None => self.touched_bytes += touched_cost(key),
+        }
+        self.touched_at.insert((index, key.to_vec()));
+        while self.touched.len() > WATCH_MEMORY {
+            let (at, k) = self.touched_at.remove_min().expect("as many as touched");
+            self.touched.remove(&k);
+            self.touched_bytes -= touched_cost(&k);
+            self.touched_floor = self.touched_floor.max(at);
+        }
+    }
+
+    /// Whether `key` may have changed after log index `since`: written (its record's CAS
+    /// unique), deleted, its expiry changed, removed when expired, or forgotten (every key
+    /// counts as changed at `touched_floor`). Never false for a key that changed.
+    pub fn changed_since(&self, key: &[u8], since: u64) -> bool {
+        self.touched_floor > since
+            || self.touched.get(key).is_some_and(|&t| t > since)
+            || self.items.get(key).is_some_and(|e| e.cas() > since)
     }
 
     /// Takes a removed or replaced item out of the expiry index, the sum and the memory.
@@ -1325,6 +1421,7 @@ impl KvStore {
         if e.expire_at() == expire_at {
             return;
         }
+        self.touch(key);
         if e.is_typed() {
             let c = self
                 .colls
@@ -1480,6 +1577,18 @@ impl KvStore {
         assert_eq!(with_expiry, self.expiries.len(), "expiry index size");
         let typed = self.items.iter().filter(|e| e.is_typed()).count();
         assert_eq!(typed, self.colls.len(), "one collection per typed item");
+        assert!(self.touched.len() <= WATCH_MEMORY, "touched keys bounded");
+        assert_eq!(
+            self.touched.len(),
+            self.touched_at.len(),
+            "touched index size"
+        );
+        for (at, k) in &self.touched_at {
+            assert_eq!(self.touched.get(k), Some(at), "touched index");
+            assert!(*at <= self.applied, "touched after the applied index");
+        }
+        let bytes: u64 = self.touched.keys().map(|k| touched_cost(k)).sum();
+        assert_eq!(bytes, self.touched_bytes, "touched bytes");
         for (k, c) in &self.colls {
             assert!(!c.is_empty(), "an empty collection kept");
             assert!(
@@ -1503,6 +1612,9 @@ impl KvStore {
 pub struct SnapshotView {
     items: OrdSet<Rec>,
     colls: OrdMap<Bytes, Coll>,
+    touched: OrdMap<Bytes, u64>,
+    touched_floor: u64,
+    touched_bytes: u64,
     applied: u64,
     now_ms: u64,
     used: u64,
@@ -1513,7 +1625,7 @@ impl SnapshotView {
     /// takes the snapshot without growing (each growth copied all written so far). An item
     /// takes fewer bytes in a snapshot than its [`ITEM_OVERHEAD`] accounts for.
     pub fn len_bound(&self) -> usize {
-        (self.used + 64) as usize
+        (self.used + 64 + 16 + self.touched_bytes) as usize
     }
 
     /// The log index the view was taken at.
@@ -1533,14 +1645,16 @@ impl SnapshotView {
 
     /// Streams the snapshot to `w` and returns the bytes written; memory use is one item.
     ///
-    /// Format (little-endian): `WKVS`, version byte 3, `u64` applied index, `u64` clock, `u64`
+    /// Format (little-endian): `WKVS`, version byte 4, `u64` applied index, `u64` clock, `u64`
     /// item count, then per item in key order: `u32` key length and key, `u32` value length and
     /// value, `u32` flags, `u64` CAS unique, expiry byte (0 none, 1 followed by a `u64` time),
     /// type byte ([`Type`]: 0 string; a collection's value is empty and its elements follow:
     /// `u64` count, then per element a hash's field and value, a list's or set's element, a
     /// sorted set's member and `u64` score bits, each byte string as `u32` length and bytes, in
-    /// the collection's order); last, a `u64` xxh3-64 hash of everything before it. Version 2
-    /// has no type byte; version 1 ends with FNV-1a.
+    /// the collection's order); then for `WATCH` the `u64` floor, a `u64` count and per touched
+    /// key in key order its `u32` length and bytes and `u64` index; last, a `u64` xxh3-64 hash
+    /// of everything before it. Version 3 has no `WATCH` part, version 2 no type byte either;
+    /// version 1 ends with FNV-1a.
     pub fn write_to<W: Write>(&self, w: W) -> std::io::Result<u64> {
         let mut w = HashingWriter {
             inner: w,
@@ -1583,6 +1697,17 @@ impl SnapshotView {
             } else {
                 buf.push(Type::String.tag());
             }
+            if buf.len() >= 64 << 10 {
+                w.write(&buf)?;
+                buf.clear();
+            }
+        }
+        put_u64(&mut buf, self.touched_floor);
+        put_u64(&mut buf, self.touched.len() as u64);
+        for (k, at) in &self.touched {
+            put_u32(&mut buf, k.len() as u32);
+            buf.extend_from_slice(k);
+            put_u64(&mut buf, *at);
             if buf.len() >= 64 << 10 {
                 w.write(&buf)?;
                 buf.clear();
@@ -1757,6 +1882,11 @@ impl<R: Read> HashingReader<R> {
         let n = self.u32()? as usize;
         self.take_into(n, out)
     }
+}
+
+/// Bytes a touched key takes in a snapshot.
+fn touched_cost(key: &[u8]) -> u64 {
+    key.len() as u64 + 12
 }
 
 /// A length as a result number.

@@ -50,6 +50,13 @@ fn sample_ops() -> Vec<Op> {
             args: vec![b("type"), b("k")],
             seed: u64::MAX,
         },
+        Op::Multi(vec![
+            Op::WatchCheck {
+                since: 7,
+                keys: vec![b("k"), vec![]],
+            },
+            Op::Del { keys: vec![b("k")] },
+        ]),
         Op::MSet { pairs: vec![] },
         Op::MSet {
             pairs: vec![(b("a"), b("1")), (vec![], vec![]), (b("c"), big.clone())],
@@ -242,7 +249,7 @@ fn every_op_round_trips() {
         tags.insert(bytes[0]);
         assert_eq!(decode_op(&bytes).as_ref(), Ok(op), "{op:?}");
     }
-    assert_eq!(tags.len(), 22, "every variant has its own tag");
+    assert_eq!(tags.len(), 23, "every variant has its own tag");
 }
 
 #[test]
@@ -330,7 +337,7 @@ fn every_truncation_and_extension_is_rejected() {
 fn strict_tags_and_enums() {
     assert!(decode_op(&[]).is_err());
     assert!(decode_response(&[]).is_err());
-    for tag in [0u8, 38, 0x80, 0xff] {
+    for tag in [0u8, 39, 0x80, 0xff] {
         assert_eq!(decode_op(&[tag]), Err(DecodeError("unknown operation tag")));
     }
     for tag in [0u8, 13, 0xff] {

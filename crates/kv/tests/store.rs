@@ -1530,10 +1530,36 @@ fn snapshot_layout_is_as_documented() {
     );
     s.apply(4, 200, &set("b", "yz"));
     let mut body = header(4, 200, 2);
+    body[4] = 4;
     body.extend(snap_item("a", "x", 9, 3, Some(500)));
     body.extend(snap_item("b", "yz", 0, 4, None));
+    // WATCH's part: the floor, and no touched key.
+    body.extend_from_slice(&[0; 16]);
     assert_eq!(s.snapshot(), sealed(&body));
+    // A touched key: its name and index, in key order after the floor.
+    s.apply(5, 300, &Op::Del { keys: vec![b("b")] });
+    let mut body = header(5, 300, 1);
+    body[4] = 4;
+    body.extend(snap_item("a", "x", 9, 3, Some(500)));
+    body.extend_from_slice(&0u64.to_le_bytes());
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend_from_slice(&1u32.to_le_bytes());
+    body.push(b'b');
+    body.extend_from_slice(&5u64.to_le_bytes());
+    assert_eq!(s.snapshot(), sealed(&body));
+    assert_eq!(KvStore::restore(&sealed(&body)).unwrap(), s);
+    // A touched key after the applied index is refused.
+    let n = body.len();
+    body[n - 8..].copy_from_slice(&6u64.to_le_bytes());
+    assert!(KvStore::restore(&sealed(&body)).is_err());
     // Version 2 (no type byte: strings only) is still restored.
+    let mut s = KvStore::new();
+    s.apply(
+        3,
+        100,
+        &set_full("a", "x", 9, Expiry::AtMs(500), Cond::Always, false),
+    );
+    s.apply(4, 200, &set("b", "yz"));
     let mut v2 = header(4, 200, 2);
     v2[4] = 2;
     for item in [

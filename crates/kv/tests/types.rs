@@ -535,3 +535,156 @@ fn snapshots_and_digests_cover_collections() {
         assert!(KvStore::restore_from(&bad[..]).is_err());
     }
 }
+
+/// A transaction behind `WATCH`: applied if no watched key changed after `since`, else
+/// nothing and a nil array.
+fn watched(s: &mut S, since: u64, keys: &[&str]) -> Response {
+    s.op(Op::Multi(vec![
+        Op::WatchCheck {
+            since,
+            keys: keys.iter().map(|k| b(k)).collect(),
+        },
+        Op::IncrBy {
+            key: b("counter"),
+            delta: 1,
+        },
+    ]))
+}
+
+#[test]
+fn watch_aborts_on_every_kind_of_change_and_only_then() {
+    let mut s = S::new();
+    s.set_string("x", "1");
+    s.c("sadd set a");
+    s.op(Op::Touch {
+        keys: vec![b("e")],
+        expiry: Expiry::AfterMs(10),
+        get: false,
+    });
+    let since = s.index;
+    let ok = Response::Batch(vec![Response::Int(1)]);
+    let aborted = Response::Reply(Reply::NilArray);
+    // Nothing changed (a key never seen, a key absent, keys present).
+    assert_eq!(watched(&mut s, since, &["x", "set", "nothing"]), ok);
+    let changes: Vec<(&str, Op)> = vec![
+        ("x", Op::Del { keys: vec![b("x")] }),
+        (
+            "set",
+            Op::Cmd {
+                args: vec![b("sadd"), b("set"), b("b")],
+                seed: 0,
+            },
+        ),
+        (
+            "y",
+            Op::Set {
+                key: b("y"),
+                value: b("new"),
+                flags: 0,
+                expiry: Expiry::None,
+                cond: Cond::Always,
+                get_old: false,
+            },
+        ),
+        (
+            "set",
+            Op::Touch {
+                keys: vec![b("set")],
+                expiry: Expiry::AfterMs(100_000),
+                get: false,
+            },
+        ),
+        (
+            "z",
+            Op::Rename {
+                from: b("set"),
+                to: b("z"),
+                nx: false,
+            },
+        ),
+    ];
+    for (key, change) in changes {
+        let since = s.index;
+        assert_eq!(
+            watched(&mut s, since, &[key, "other"]),
+            ok,
+            "{key} unchanged"
+        );
+        let since = s.index;
+        s.op(change.clone());
+        assert_eq!(
+            watched(&mut s, since, &["other", key]),
+            aborted,
+            "{change:?}"
+        );
+        let now = s.index;
+        assert_eq!(
+            watched(&mut s, now, &[key]),
+            ok,
+            "a later watch sees no change"
+        );
+    }
+    // A removed collection, an expired key swept: changes too.
+    s.c("sadd s2 a");
+    let since = s.index;
+    s.c("srem s2 a");
+    assert_eq!(watched(&mut s, since, &["s2"]), aborted);
+    s.set_string("t", "v");
+    s.op(Op::Touch {
+        keys: vec![b("t")],
+        expiry: Expiry::AfterMs(5),
+        get: false,
+    });
+    let since = s.index;
+    s.now += 10;
+    s.op(Op::Sweep);
+    assert_eq!(watched(&mut s, since, &["t"]), aborted);
+    // FLUSHALL: every watch from before aborts.
+    let since = s.index;
+    s.op(Op::FlushAll);
+    assert_eq!(watched(&mut s, since, &["never"]), aborted);
+    let now = s.index;
+    assert_eq!(watched(&mut s, now, &["never"]), ok);
+    // Aborted transactions applied nothing: the counter counts the ok ones.
+    let Response::Items(v) = s.op(Op::Get {
+        keys: vec![b("counter")],
+    }) else {
+        panic!()
+    };
+    assert_eq!(v[0].as_ref().unwrap().value, b("2"), "two since FLUSHALL's");
+}
+
+#[test]
+fn watch_memory_is_bounded_and_forgetting_aborts() {
+    use waverunner_kv::store::WATCH_MEMORY;
+    let mut s = S::new();
+    let since = s.index;
+    // Deleting keys that do not exist touches nothing; deleting ones that do, touches them.
+    for i in 0..(WATCH_MEMORY + 10) {
+        s.index += 1;
+        let k = format!("k{i}").into_bytes();
+        s.store.apply(
+            s.index,
+            s.now,
+            &Op::Set {
+                key: k.clone(),
+                value: b("v"),
+                flags: 0,
+                expiry: Expiry::None,
+                cond: Cond::Always,
+                get_old: false,
+            },
+        );
+        s.index += 1;
+        s.store.apply(s.index, s.now, &Op::Del { keys: vec![k] });
+    }
+    s.store.check_invariants();
+    // The oldest were forgotten: a watch from before them aborts, even on an untouched key.
+    assert!(s.store.changed_since(b"untouched", since));
+    assert!(!s.store.changed_since(b"untouched", s.index));
+    // The state round trips through a snapshot, touched keys included.
+    let back = KvStore::restore(&s.store.snapshot()).unwrap();
+    assert_eq!(back, s.store);
+    assert!(back.changed_since(b"untouched", since));
+    assert!(back.changed_since(format!("k{}", WATCH_MEMORY + 9).as_bytes(), s.index - 2));
+}

@@ -232,6 +232,9 @@ pub struct Admission {
     pending: std::sync::atomic::AtomicUsize,
     /// Requests refused for it.
     refused: AtomicU64,
+    /// The last log index this replica applied, stored as each entry is applied (before
+    /// its answer goes out): what `WATCH` watches from.
+    applied: AtomicU64,
 }
 
 impl Admission {
@@ -253,6 +256,15 @@ impl Admission {
     /// Requests refused so far.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The last log index applied (at least: it may lag an apply in progress).
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    fn set_applied(&self, index: u64) {
+        self.applied.store(index, Ordering::Release);
     }
 }
 
@@ -368,6 +380,12 @@ impl Handle {
         let mut s = self.status();
         self.latencies.fill(&mut s);
         s
+    }
+
+    /// The last log index this replica applied (what `WATCH` watches from): every entry up
+    /// to it is applied; a later one may be too.
+    pub fn applied_index(&self) -> u64 {
+        self.admission.applied()
     }
 
     /// The leader as last published (0: none known), without copying the whole status: every
@@ -1187,6 +1205,7 @@ impl<S: StateMachine> Replica<S> {
                 }
             };
             let outcome = self.state.apply(e.index, &env);
+            self.admission.set_applied(e.index);
             if env.origin == 0 {
                 self.answer_fast_client(e.index, &env, &outcome);
                 continue;
@@ -1408,6 +1427,8 @@ impl<S: StateMachine> Replica<S> {
 
     fn publish(&mut self) {
         self.published = (self.raft.term(), self.raft.role(), self.raft.leader());
+        // Entries skipped and snapshots installed move it too.
+        self.admission.set_applied(self.state.applied);
         let t = &self.transport.stats;
         // Peer frames the transport refused, and fast-path packets the host could not read.
         self.counters.frames_rejected = t.frames_rejected.load(Ordering::Relaxed)

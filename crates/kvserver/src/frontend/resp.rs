@@ -172,7 +172,15 @@ pub(super) struct Conn {
     limits: Limits,
     /// The transaction being queued, after `MULTI`.
     multi: Option<Multi>,
+    /// `WATCH`ed keys and the log index this replica had applied when the first was watched:
+    /// the transaction aborts if one changed after it ([`Op::WatchCheck`]). A replica behind
+    /// the leader only makes that index earlier: an abort may be spurious, a change is never
+    /// missed. At most [`MAX_WATCHED`] keys.
+    watch: Option<(u64, Vec<Vec<u8>>)>,
 }
+
+/// Keys one connection may watch at once.
+pub const MAX_WATCHED: usize = 1 << 16;
 
 impl Conn {
     pub(super) fn new(id: u64, addr: String, laddr: String, limits: Limits) -> Conn {
@@ -184,6 +192,7 @@ impl Conn {
             },
             limits,
             multi: None,
+            watch: None,
         }
     }
 
@@ -234,10 +243,11 @@ impl Conn {
                         }
                         resp::TxCmd::Exec => b"-ERR EXEC without MULTI\r\n",
                         resp::TxCmd::Discard => b"-ERR DISCARD without MULTI\r\n",
-                        // Nothing is ever watched (WATCH is refused), so there is nothing to
-                        // forget.
-                        resp::TxCmd::Unwatch => b"+OK\r\n",
-                        resp::TxCmd::Watch => b"-ERR WATCH is not supported by this server yet\r\n",
+                        resp::TxCmd::Unwatch => {
+                            self.watch = None;
+                            b"+OK\r\n"
+                        }
+                        resp::TxCmd::Watch => self.watch_keys(&args[1..], handle),
                     };
                     if r.starts_with(b"-") {
                         handle.client_error();
@@ -255,6 +265,18 @@ impl Conn {
 }
 
 impl Conn {
+    /// `WATCH key…`: remembers the keys, and the applied index when the first was watched.
+    fn watch_keys(&mut self, keys: &[Vec<u8>], handle: &Handle) -> &'static [u8] {
+        let (_, watched) = self
+            .watch
+            .get_or_insert_with(|| (handle.applied_index(), Vec::new()));
+        if watched.len() + keys.len() > MAX_WATCHED {
+            return b"-ERR too many watched keys\r\n";
+        }
+        watched.extend(keys.iter().cloned());
+        b"+OK\r\n"
+    }
+
     /// A command inside `MULTI`: queued (`+QUEUED`), or `EXEC`, `DISCARD`, `QUIT`, or refused.
     fn queue(&mut self, args: &[Vec<u8>], handle: &Handle) -> Item {
         let proto = self.session.proto;
@@ -270,19 +292,26 @@ impl Conn {
         match action {
             resp::Action::Tx(resp::TxCmd::Exec) => {
                 let m = self.multi.take().expect("inside MULTI");
+                // EXEC ends the watch, whatever happens.
+                let watch = self.watch.take();
                 if m.dirty {
                     return Item::Reply(
                         b"-EXECABORT Transaction discarded because of previous errors.\r\n"
                             .to_vec(),
                     );
                 }
-                if m.ops.is_empty() {
+                let mut ops = m.ops;
+                if let Some((since, keys)) = watch {
+                    ops.insert(0, Op::WatchCheck { since, keys });
+                }
+                if ops.is_empty() {
                     return Item::Reply(tcp::exec_reply(&m.slots, &[], proto));
                 }
-                Item::Store(Op::Multi(m.ops), tcp::Render::Exec(m.slots, proto))
+                Item::Store(Op::Multi(ops), tcp::Render::Exec(m.slots, proto))
             }
             resp::Action::Tx(resp::TxCmd::Discard) => {
                 self.multi = None;
+                self.watch = None;
                 Item::Reply(b"+OK\r\n".to_vec())
             }
             resp::Action::Tx(resp::TxCmd::Multi) => {

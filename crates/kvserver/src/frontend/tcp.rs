@@ -70,6 +70,12 @@ impl Render {
             (Render::Redis(how, proto), Ok(resp)) => resp::render_proto(how, &resp, *proto),
             (Render::Redis(..), Err(e)) => resp_fe::error(&e),
             (Render::Exec(slots, proto), Ok(Response::Batch(rs))) => exec_reply(slots, &rs, *proto),
+            // A watched key changed: nothing applied (RESP2's nil array, RESP3's null).
+            (Render::Exec(_, proto), Ok(Response::Reply(waverunner_kv::Reply::NilArray))) => {
+                let mut out = Vec::new();
+                resp::reply(&mut out, &waverunner_kv::Reply::NilArray, *proto);
+                out
+            }
             (Render::Exec(_, proto), Ok(other)) => {
                 // A refusal of the whole transaction (e.g. over maxmemory).
                 resp::render_proto(&resp::Render::Ok, &other, *proto)
