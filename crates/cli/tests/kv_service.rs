@@ -1123,3 +1123,78 @@ print("ok")
         assert_eq!(w(&["GET", &format!("{k}:n")]), "\"100\"");
     }
 }
+
+/// Blocking pops block: `BLPOP` on a follower wakes when another client pushes on the leader,
+/// with the element; a timeout answers nil after it; a command pipelined behind a blocked
+/// `BLPOP` waits for it; `BZPOPMIN` and `BLMOVE` too; and a `BLPOP` waiting on a follower
+/// is woken by a push made after the leader was killed and another elected.
+#[test]
+fn blocking_pops_wait_for_a_push_across_a_leader_change() {
+    let mut c = cluster3(Opts::default());
+    let leader = c.status(c.ids()[0]).leader;
+    let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    let (fa, la) = (c.redis_addr(follower), c.redis_addr(leader));
+    let script = format!(
+        r#"
+import redis, threading, time, socket
+f = redis.Redis(host="{fip}", port={fport}, socket_timeout=20)
+l = redis.Redis(host="{lip}", port={lport}, socket_timeout=20)
+def later(d, fn):
+    t = threading.Timer(d, fn); t.start(); return t
+# A push on the leader wakes a BLPOP on the follower.
+t0 = time.time()
+later(0.3, lambda: l.rpush("bq", "x", "y"))
+assert f.blpop(["none", "bq"], timeout=10) == (b"bq", b"x")
+waited = time.time() - t0
+assert 0.25 < waited < 5, waited
+assert f.lrange("bq", 0, -1) == [b"y"]
+# Timeouts answer nil, after the timeout.
+t0 = time.time()
+assert f.blpop(["empty"], timeout=0.3) is None
+assert time.time() - t0 >= 0.29
+assert f.blmove("empty", "dst", timeout=0.2) is None
+# BZPOPMIN and BLMOVE wake too.
+later(0.2, lambda: l.zadd("bz", {{"m": 2.5}}))
+assert f.bzpopmin("bz", timeout=10) == (b"bz", b"m", 2.5)
+later(0.2, lambda: l.lpush("src", "v"))
+assert f.blmove("src", "dst", timeout=10, src="RIGHT", dest="LEFT") == b"v"
+assert l.lrange("dst", 0, -1) == [b"v"]
+# A command pipelined behind a blocked pop waits for it.
+s = socket.create_connection(("{fip}", {fport}), timeout=10)
+s.sendall(b"*3\r\n$5\r\nBLPOP\r\n$2\r\npq\r\n$1\r\n0\r\n*1\r\n$4\r\nPING\r\n")
+time.sleep(0.3)
+s.setblocking(False)
+try:
+    early = s.recv(100)
+except BlockingIOError:
+    early = b""
+assert early == b"", early
+s.setblocking(True)
+l.rpush("pq", "z")
+got = b""
+while not got.endswith(b"+PONG\r\n"):
+    got += s.recv(100)
+assert got == b"*2\r\n$2\r\npq\r\n$1\r\nz\r\n+PONG\r\n", got
+print("ok")
+"#,
+        fip = fa.ip(),
+        fport = fa.port(),
+        lip = la.ip(),
+        lport = la.port(),
+    );
+    redis_py_8(&script, "blocking pops");
+
+    // Across a leader change: a BLPOP waits on a follower that stays; the leader is killed;
+    // a push through the new leader wakes it.
+    let stays = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    let sa = c.redis_addr(stays);
+    let blocked = std::thread::spawn(move || redis(sa, &["BLPOP", "failover", "20"]));
+    std::thread::sleep(Duration::from_millis(500));
+    c.kill(leader, libc::SIGKILL);
+    let new_leader = c.wait_leader(WAIT);
+    assert_ne!(new_leader, leader);
+    let pushed = redis(c.redis_addr(new_leader), &["RPUSH", "failover", "after"]);
+    assert_eq!(pushed, "(integer) 1");
+    let got = blocked.join().expect("the blocked client");
+    assert_eq!(got, "1) \"failover\"\n2) \"after\"");
+}

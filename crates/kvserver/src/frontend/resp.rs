@@ -6,7 +6,7 @@ use waverunner_node::replica::{ClientError, Handle};
 
 use super::tcp::{self, ExecSlot, Item, Parsed};
 use super::{with_limits, Limits};
-use waverunner_kv::Op;
+use waverunner_kv::{Op, Reply};
 
 /// Bytes of the commands one transaction may queue (counted as their arguments' lengths);
 /// past it the transaction is discarded at `EXEC`, as Redis does after a queueing error.
@@ -165,6 +165,35 @@ fn human_bytes(n: u64) -> String {
     format!("{n}B")
 }
 
+/// A blocking pop's keys, timeout (`None`: forever) and answer on timeout; `None` for any
+/// other command, or a timeout the store will refuse (it answers the error at once).
+fn blocking(args: &[Vec<u8>]) -> Option<(Vec<Vec<u8>>, Option<std::time::Duration>, Reply)> {
+    let name = args.first()?.to_ascii_lowercase();
+    let n = args.len();
+    let (keys, timeout, empty) = match name.as_slice() {
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" if n >= 3 => {
+            (args[1..n - 1].to_vec(), &args[n - 1], Reply::NilArray)
+        }
+        b"blmove" if n == 6 => (vec![args[1].clone()], &args[5], Reply::Nil),
+        b"brpoplpush" if n == 4 => (vec![args[1].clone()], &args[3], Reply::Nil),
+        b"blmpop" | b"bzmpop" if n >= 5 => {
+            let numkeys: usize = std::str::from_utf8(&args[2]).ok()?.parse().ok()?;
+            let keys = args.get(3..3usize.checked_add(numkeys)?)?;
+            if numkeys == 0 {
+                return None;
+            }
+            (keys.to_vec(), &args[1], Reply::NilArray)
+        }
+        _ => return None,
+    };
+    let secs: f64 = std::str::from_utf8(timeout).ok()?.parse().ok()?;
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    let timeout = (secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs.min(1e9)));
+    Some((keys, timeout, empty))
+}
+
 /// A RESP connection's parser state.
 pub(super) struct Conn {
     session: resp::Session,
@@ -224,10 +253,27 @@ impl Conn {
                     }
                     Item::Reply(r)
                 }
-                resp::Action::Store(op, render) => Item::Store(
-                    with_limits(op, self.limits),
-                    tcp::Render::Redis(render, proto),
-                ),
+                resp::Action::Store(op, render) => {
+                    let op = with_limits(op, self.limits);
+                    match blocking(&args) {
+                        Some((keys, timeout, empty)) => {
+                            let mut enc = Vec::new();
+                            waverunner_kv::codec::encode_op(&op, &mut enc);
+                            let mut probe = Vec::new();
+                            waverunner_kv::codec::encode_op(&Op::Exists { keys }, &mut probe);
+                            let b = tcp::Blocked {
+                                how: render,
+                                proto,
+                                op: enc,
+                                probe,
+                                deadline: timeout.map(|t| std::time::Instant::now() + t),
+                                empty,
+                            };
+                            Item::Store(op, tcp::Render::Block(Box::new(b)))
+                        }
+                        None => Item::Store(op, tcp::Render::Redis(render, proto)),
+                    }
+                }
                 resp::Action::Info(args) => Item::Reply(resp::render_info_sections(
                     &info_sections(handle),
                     &args,

@@ -9,6 +9,12 @@
 //! flight, so its commands apply in the order sent. Answers come back through a completion
 //! queue and are written in request order (Redis and memcached semantics).
 //!
+//! A blocking pop (`BLPOP` …) that finds nothing parks its connection (nothing after it is
+//! submitted, as Redis stops a blocked client): when this replica has applied new entries a
+//! read-only probe (`EXISTS` of its keys: no log entry) looks, and only when it finds a key
+//! does the pop go through the log again. The timeout answers as Redis does; a pop that
+//! unblocks the client is one entry, whichever replica took the push, across leader changes.
+//!
 //! Bounds: [`MAX_PIPELINE`] commands in flight per connection and [`MAX_OUT`] bytes of unsent
 //! replies; past either the connection is not read (TCP backpressure) until its answers
 //! drain. `max_connections` connections per listener; more get the protocol's error and are
@@ -18,6 +24,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
@@ -47,6 +54,10 @@ pub const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Bytes read from a socket per `read` call.
 const READ_CHUNK: usize = 64 << 10;
 
+/// How often the loop looks at parked blocking pops (their timeouts, and whether new entries
+/// were applied) while any is parked.
+const PARKED_TICK: Duration = Duration::from_millis(2);
+
 const STOP: Token = Token(0);
 const WAKER: Token = Token(1);
 const LISTENER0: usize = 2;
@@ -62,6 +73,40 @@ pub(super) enum Render {
     Memcache(memcache::McRender, bool),
     /// A memcached binary answer.
     McBinary(waverunner_kv::mcbin::BinRender),
+    /// A blocking pop (outside a transaction): parked while it finds nothing.
+    Block(Box<Blocked>),
+}
+
+/// A blocking pop's state while its connection waits.
+pub(super) struct Blocked {
+    /// How its reply is rendered.
+    pub how: resp::Render,
+    pub proto: resp::Proto,
+    /// The pop, encoded: submitted again when the probe finds a key.
+    pub op: Vec<u8>,
+    /// `EXISTS` of its keys, encoded: a read, submitted when new entries were applied.
+    pub probe: Vec<u8>,
+    /// When it answers `empty` (none: never).
+    pub deadline: Option<Instant>,
+    /// Its answer on timeout (Redis's: a nil array, or a nil for `BLMOVE`/`BRPOPLPUSH`).
+    pub empty: waverunner_kv::Reply,
+}
+
+impl Blocked {
+    fn timed_out(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    fn empty_reply(&self) -> Vec<u8> {
+        resp::render_proto(&self.how, &Response::Reply(self.empty.clone()), self.proto)
+    }
+}
+
+/// A connection's parked blocking pop: its request number, and the applied index it has
+/// seen everything up to (new entries after it may have pushed what it waits for).
+struct Parked {
+    seq: u64,
+    seen: u64,
 }
 
 impl Render {
@@ -86,6 +131,8 @@ impl Render {
             (Render::Memcache(_, false), Err(e)) => memcache_fe::error(&e),
             (Render::McBinary(how), Ok(resp)) => waverunner_kv::mcbin::render(how, &resp),
             (Render::McBinary(how), Err(e)) => memcache_fe::binary_error(how, &e),
+            (Render::Block(b), Ok(resp)) => resp::render_proto(&b.how, &resp, b.proto),
+            (Render::Block(_), Err(e)) => resp_fe::error(&e),
         }
     }
 }
@@ -189,6 +236,11 @@ struct Conn {
     closing: bool,
     /// Not read any more (closing, or the peer closed its side).
     read_done: bool,
+    /// A blocking pop waiting: nothing after it is submitted until it answers.
+    parked: Option<Parked>,
+    /// The applied index when what is in flight was submitted: a blocking pop (or its probe)
+    /// in it saw every entry up to there.
+    block_since: u64,
 }
 
 /// One connection's share of a submitted command: its requests, in order.
@@ -272,10 +324,12 @@ pub fn serve(
         completions,
         conn_ids: 0,
         scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+        parked: Vec::new(),
     };
     let mut events = Events::with_capacity(1_024);
     while !stop.is_set() {
-        if let Err(e) = poll.poll(&mut events, None) {
+        let tick = (!lp.parked.is_empty()).then_some(PARKED_TICK);
+        if let Err(e) = poll.poll(&mut events, tick) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -292,6 +346,7 @@ pub fn serve(
                 Token(t) => lp.pump(t - CONN0),
             }
         }
+        lp.check_parked();
         // Everything this round of events made ready leaves together.
         lp.submit();
     }
@@ -315,6 +370,8 @@ struct Loop {
     /// What a read lands in before it is appended to its connection's buffer: zeroed once,
     /// not 64 KiB per read (that memset was 4 % of the machine's time at 50 clients).
     scratch: Box<[u8]>,
+    /// Connections (slot, generation) with a parked blocking pop: at most the open ones.
+    parked: Vec<(usize, u64)>,
 }
 
 impl Loop {
@@ -384,6 +441,8 @@ impl Loop {
                 queued: false,
                 closing: false,
                 read_done: false,
+                parked: None,
+                block_since: 0,
             });
             // Bytes may have arrived with the connection.
             self.pump(i);
@@ -425,6 +484,9 @@ impl Loop {
                     continue; // the connection closed meanwhile
                 }
                 c.answered(part.seqs, rs, n > 1);
+                if c.parked.is_some() && !self.parked.contains(&(part.conn, c.gen)) {
+                    self.parked.push((part.conn, c.gen));
+                }
                 touched.push(part.conn);
             }
         }
@@ -432,6 +494,51 @@ impl Loop {
         touched.dedup();
         // Answers make room: write them, read and parse what waited behind the bounds.
         for i in touched {
+            self.pump(i);
+        }
+    }
+
+    /// Parked blocking pops: a timed-out one answers; one that may find something now (this
+    /// replica applied entries since it last looked) sends its probe.
+    fn check_parked(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let applied = self.handle.applied_index();
+        let mut wake = Vec::new();
+        self.parked.retain(|&(i, gen)| {
+            let Some(Some(c)) = self.conns.get_mut(i) else {
+                return false;
+            };
+            if c.gen != gen {
+                return false;
+            }
+            let Some(p) = &c.parked else {
+                return false;
+            };
+            let seq = p.seq;
+            let seen = p.seen;
+            let slot = &mut c.slots[(seq - c.first) as usize];
+            let Slot::Waiting(Render::Block(b)) = slot else {
+                unreachable!("a parked request is a waiting blocking pop");
+            };
+            if b.timed_out(now) {
+                *slot = Slot::Ready(b.empty_reply());
+                c.parked = None;
+                wake.push(i);
+                return false;
+            }
+            if applied > seen {
+                let probe = b.probe.clone();
+                c.held.push_front((seq, probe));
+                c.parked = None;
+                wake.push(i);
+                return false;
+            }
+            true
+        });
+        for i in wake {
             self.pump(i);
         }
     }
@@ -451,6 +558,8 @@ impl Loop {
                 continue;
             };
             c.in_flight = true;
+            // Whatever it holds saw every entry applied here by now.
+            c.block_since = self.handle.applied_index();
             let bytes: usize = ops.iter().map(|(_, e)| e.len() + 4).sum();
             if !batch.parts.is_empty() && batch.bytes + bytes > max {
                 self.send(std::mem::take(&mut batch));
@@ -623,9 +732,10 @@ impl Conn {
         any
     }
 
-    /// Whether operations wait to be submitted and none is in flight.
+    /// Whether operations wait to be submitted and none is in flight (nor a blocking pop
+    /// parked).
     fn wants_submit(&self) -> bool {
-        !self.in_flight && !self.held.is_empty()
+        !self.in_flight && self.parked.is_none() && !self.held.is_empty()
     }
 
     /// Takes the operations to submit next, encoded: as many as fit `max` bytes (at least
@@ -652,6 +762,9 @@ impl Conn {
     /// for memory (none of it applied: it holds a command that may grow the state) goes
     /// again one operation at a time, so that only the commands that grow are refused, as
     /// Redis refuses them in a pipeline.
+    ///
+    /// A blocking pop that found nothing, or whose probe found nothing, parks; one whose
+    /// probe found a key goes again.
     fn answered(
         &mut self,
         seqs: Vec<u64>,
@@ -674,6 +787,30 @@ impl Conn {
             let Slot::Waiting(render) = slot else {
                 unreachable!("request {seq} answered twice");
             };
+            if let Render::Block(b) = render {
+                use waverunner_kv::Reply;
+                match &r {
+                    // Nothing to pop (the pop's empty answer, or the probe's count of 0).
+                    Ok(Response::Reply(Reply::NilArray | Reply::Nil) | Response::Int(0)) => {
+                        if b.timed_out(Instant::now()) {
+                            *slot = Slot::Ready(b.empty_reply());
+                        } else {
+                            self.parked = Some(Parked {
+                                seq,
+                                seen: self.block_since,
+                            });
+                        }
+                        continue;
+                    }
+                    // The probe found a key: pop.
+                    Ok(Response::Int(_)) => {
+                        let op = b.op.clone();
+                        self.held.push_front((seq, op));
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
             *slot = Slot::Ready(render.reply(r));
         }
     }
