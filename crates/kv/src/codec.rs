@@ -57,6 +57,7 @@
 //! | 36  | `Cmd` that writes | `u64` seed, args |
 //! | 37  | `Scan` with a type | cursor, option pattern, `u32` count, type name |
 //! | 38  | `WatchCheck` | `u64` since, keys (first in a `Multi`, nowhere else inside one) |
+//! | 39  | `Ready`    | keys, kind |
 //!
 //! | tag | `Response`    | fields |
 //! |----:|---------------|--------|
@@ -71,7 +72,7 @@
 //! | 9   | `ScanPage`    | next, keys |
 //! | 10  | `Error`       | message |
 //! | 11  | `Batch`       | `u32` count, then each response as bytes (its own encoding); a batch's may hold a transaction's (one level) |
-//! | 12  | `Reply`       | a [`Reply`]: a tag byte (1 nil, 2 nil array, 3 status, 4 int, 5 bulk, 6 double, 7 array, 8 map, 9 set, 10 error), then its text, `i64`, bytes, or `u32` count and elements; nested at most [`MAX_REPLY_DEPTH`] deep |
+//! | 12  | `Reply`       | a [`Reply`]: a tag byte (1 nil, 2 nil array, 3 status, 4 int, 5 bulk, 6 double, 7 array, 8 map, 9 set, 10 error, 11 pairs), then its text, `i64`, bytes, or `u32` count and elements; nested at most [`MAX_REPLY_DEPTH`] deep |
 //!
 //! # Limits
 //!
@@ -144,6 +145,7 @@ const OP_CMD_READ: u8 = 35;
 const OP_CMD_WRITE: u8 = 36;
 const OP_SCAN_TYPE: u8 = 37;
 const OP_WATCH_CHECK: u8 = 38;
+const OP_READY: u8 = 39;
 
 // ---- response tags
 const R_OK: u8 = 1;
@@ -210,6 +212,11 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             if let Some(k) = kind {
                 put_bytes(out, k);
             }
+        }
+        Op::Ready { keys, kind } => {
+            out.push(OP_READY);
+            put_list(out, keys);
+            put_bytes(out, kind);
         }
         Op::WatchCheck { since, keys } => {
             out.push(OP_WATCH_CHECK);
@@ -493,6 +500,7 @@ fn is_read_only_tag(tag: u8) -> bool {
             | OP_GETBIT
             | OP_CMD_READ
             | OP_SCAN_TYPE
+            | OP_READY
     )
 }
 
@@ -541,6 +549,10 @@ pub fn decode_op(b: &[u8]) -> Result<Op, DecodeError> {
             } else {
                 None
             },
+        },
+        OP_READY => Op::Ready {
+            keys: r.list()?,
+            kind: r.bytes()?,
         },
         OP_WATCH_CHECK => Op::WatchCheck {
             since: r.u64()?,
@@ -832,6 +844,14 @@ fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
             out.push(10);
             put_bytes(out, s.as_bytes());
         }
+        Reply::Pairs(pairs) => {
+            out.push(11);
+            put_len(out, pairs.len());
+            for (k, v) in pairs {
+                encode_reply(k, out);
+                encode_reply(v, out);
+            }
+        }
     }
 }
 
@@ -861,13 +881,17 @@ fn decode_reply(r: &mut Reader<'_>, depth: u8) -> Result<Reply, DecodeError> {
                 Reply::Set(rs)
             }
         }
-        8 => {
+        tag @ (8 | 11) => {
             let n = r.count(2)?;
             let mut pairs = Vec::with_capacity(n);
             for _ in 0..n {
                 pairs.push((decode_reply(r, depth + 1)?, decode_reply(r, depth + 1)?));
             }
-            Reply::Map(pairs)
+            if tag == 8 {
+                Reply::Map(pairs)
+            } else {
+                Reply::Pairs(pairs)
+            }
         }
         10 => Reply::Error(text(r)?),
         _ => return Err(DecodeError("unknown reply tag")),
@@ -1256,6 +1280,10 @@ mod tests {
                 since: 3,
                 keys: vec![k()],
             },
+            Op::Ready {
+                keys: vec![k()],
+                kind: b"list".to_vec(),
+            },
         ];
         // Every tag in use once: a new op must be added here.
         let mut tags: Vec<u8> = Vec::new();
@@ -1266,9 +1294,9 @@ mod tests {
             tags.push(b[0]);
         }
         tags.sort_unstable();
-        assert_eq!(tags, (OP_GET..=OP_WATCH_CHECK).collect::<Vec<u8>>());
+        assert_eq!(tags, (OP_GET..=OP_READY).collect::<Vec<u8>>());
         assert!(!is_read_only_command(&[]));
-        assert!(!is_read_only_command(&[OP_WATCH_CHECK + 1]));
+        assert!(!is_read_only_command(&[OP_READY + 1]));
         // A watch check opens a transaction, nowhere else in it.
         let check = Op::WatchCheck {
             since: 1,

@@ -221,6 +221,9 @@ pub enum Op {
     /// the watching replica had applied when the client said `WATCH`); otherwise it changes
     /// nothing and answers [`Reply::NilArray`]. See [`crate::KvStore`]'s `changed_since`.
     WatchCheck { since: u64, keys: Vec<Bytes> },
+    /// How many of `keys` hold a collection of type `kind` (`list`, `zset`), a read: what a
+    /// parked blocking pop asks before trying again (no client sends it).
+    Ready { keys: Vec<Bytes>, kind: Bytes },
 }
 
 /// A stored value as reads return it.
@@ -288,6 +291,9 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// Members: an array in RESP2, `~` in RESP3.
     Set(Vec<Reply>),
+    /// Member/score (or field/value) pairs that may repeat (`WITHSCORES`, `WITHVALUES`): a
+    /// flat array in RESP2, an array of two-element arrays in RESP3, as Redis 7 answers.
+    Pairs(Vec<(Reply, Reply)>),
     /// An error: the code word first (`ERR …`, `WRONGTYPE …`), as Redis sends it after `-`.
     Error(String),
 }

@@ -202,6 +202,7 @@ impl Op {
                     | Op::ExpireTime { .. }
                     | Op::RandomKey { .. }
                     | Op::GetBit { .. }
+                    | Op::Ready { .. }
             ),
         }
     }
@@ -562,7 +563,8 @@ impl KvStore {
             | Op::GetRange { .. }
             | Op::ExpireTime { .. }
             | Op::RandomKey { .. }
-            | Op::GetBit { .. } => self.answer(self.now_ms, op),
+            | Op::GetBit { .. }
+            | Op::Ready { .. } => self.answer(self.now_ms, op),
             Op::Set {
                 key,
                 value,
@@ -1100,6 +1102,14 @@ impl KvStore {
                     cas: 0,
                 })])
             }
+            Op::Ready { keys, kind } => Response::Int(len_i64(
+                keys.iter()
+                    .filter(|k| {
+                        self.type_of(k, now)
+                            .is_some_and(|t| t.name().as_bytes() == kind.as_slice())
+                    })
+                    .count(),
+            )),
             Op::ExpireTime { key } => {
                 Response::Int(match self.live(key, now).map(Rec::expire_at) {
                     None => -2,

@@ -50,6 +50,10 @@ fn sample_ops() -> Vec<Op> {
             args: vec![b("type"), b("k")],
             seed: u64::MAX,
         },
+        Op::Ready {
+            keys: vec![b("l"), vec![]],
+            kind: b("list"),
+        },
         Op::Multi(vec![
             Op::WatchCheck {
                 since: 7,
@@ -218,6 +222,7 @@ fn sample_responses() -> Vec<Response> {
             Reply::Double("1.5".into()),
             Reply::Map(vec![(Reply::Bulk(b("f")), Reply::Set(vec![Reply::Int(1)]))]),
             Reply::Error("WRONGTYPE x".into()),
+            Reply::Pairs(vec![(Reply::Bulk(b("m")), Reply::Double("-1.5".into()))]),
         ])),
         Response::Batch(vec![]),
         Response::Batch(vec![
@@ -249,7 +254,7 @@ fn every_op_round_trips() {
         tags.insert(bytes[0]);
         assert_eq!(decode_op(&bytes).as_ref(), Ok(op), "{op:?}");
     }
-    assert_eq!(tags.len(), 23, "every variant has its own tag");
+    assert_eq!(tags.len(), 24, "every variant has its own tag");
 }
 
 #[test]
@@ -337,7 +342,7 @@ fn every_truncation_and_extension_is_rejected() {
 fn strict_tags_and_enums() {
     assert!(decode_op(&[]).is_err());
     assert!(decode_response(&[]).is_err());
-    for tag in [0u8, 39, 0x80, 0xff] {
+    for tag in [0u8, 40, 0x80, 0xff] {
         assert_eq!(decode_op(&[tag]), Err(DecodeError("unknown operation tag")));
     }
     for tag in [0u8, 13, 0xff] {

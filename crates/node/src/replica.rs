@@ -235,6 +235,10 @@ pub struct Admission {
     /// The last log index this replica applied, stored as each entry is applied (before
     /// its answer goes out): what `WATCH` watches from.
     applied: AtomicU64,
+    /// Client connections open, and those waiting in a blocking command (the front-ends
+    /// keep them; `INFO clients` reports them).
+    connected: AtomicU64,
+    blocked: AtomicU64,
 }
 
 impl Admission {
@@ -261,6 +265,27 @@ impl Admission {
     /// The last log index applied (at least: it may lag an apply in progress).
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Acquire)
+    }
+
+    /// Client connections open, and blocked in a blocking command.
+    pub fn clients(&self) -> (u64, u64) {
+        (
+            self.connected.load(Ordering::Relaxed),
+            self.blocked.load(Ordering::Relaxed),
+        )
+    }
+
+    /// A front-end's connections opened (+) or closed (-), and blocked or woken.
+    pub fn count_clients(&self, connected: i64, blocked: i64) {
+        let add = |a: &AtomicU64, d: i64| {
+            if d >= 0 {
+                a.fetch_add(d as u64, Ordering::Relaxed);
+            } else {
+                a.fetch_sub(d.unsigned_abs(), Ordering::Relaxed);
+            }
+        };
+        add(&self.connected, connected);
+        add(&self.blocked, blocked);
     }
 
     fn set_applied(&self, index: u64) {
@@ -386,6 +411,11 @@ impl Handle {
     /// to it is applied; a later one may be too.
     pub fn applied_index(&self) -> u64 {
         self.admission.applied()
+    }
+
+    /// The request path's shared counters.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
     }
 
     /// The leader as last published (0: none known), without copying the whole status: every

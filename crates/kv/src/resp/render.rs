@@ -199,6 +199,16 @@ pub fn reply(out: &mut Vec<u8>, r: &Reply, proto: Proto) {
                 reply(out, r, proto);
             }
         }
+        Reply::Pairs(pairs) => {
+            array(out, pairs.len() * if proto == Proto::Resp2 { 2 } else { 1 });
+            for (k, v) in pairs {
+                if proto == Proto::Resp3 {
+                    array(out, 2);
+                }
+                reply(out, k, proto);
+                reply(out, v, proto);
+            }
+        }
         Reply::Map(pairs) => {
             map(out, pairs.len(), proto);
             for (k, v) in pairs {

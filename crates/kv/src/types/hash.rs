@@ -161,6 +161,9 @@ fn hincrbyfloat(t: &mut Txn<'_>, a: &[Bytes], _: u64) -> Reply {
     let Some(delta) = crate::store::parse_f64(&a[3]) else {
         return err(NOT_FLOAT);
     };
+    if delta.is_infinite() {
+        return err("ERR value is NaN or Infinity");
+    }
     let mut c = match take_hash(t, &a[1]) {
         Ok(c) => c,
         Err(e) => return e,
@@ -235,14 +238,15 @@ fn hrandfield(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
     } else {
         pick_repeats(c.len(), n_abs, &mut rng, all(), probed)
     };
-    let mut out = Vec::new();
-    for (f, x) in picked {
-        out.push(Reply::Bulk(f));
-        if values {
-            out.push(Reply::Bulk(x));
-        }
+    if values {
+        return Reply::Pairs(
+            picked
+                .into_iter()
+                .map(|(f, x)| (Reply::Bulk(f), Reply::Bulk(x)))
+                .collect(),
+        );
     }
-    Reply::Array(out)
+    Reply::Array(picked.into_iter().map(|(f, _)| Reply::Bulk(f)).collect())
 }
 
 /// `HSCAN key cursor [MATCH pattern] [COUNT count]`: `[cursor, [field, value, …]]`.

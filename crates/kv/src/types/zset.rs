@@ -328,16 +328,12 @@ fn timeout_arg(b: &[u8]) -> Result<(), Reply> {
 
 // ---- replies and helpers
 
-/// Members, with their scores after each when `withscores` (RESP2's flat form).
+/// Members, with their scores when `withscores` (pairs: flat in RESP2, nested in RESP3).
 fn members_reply<'a>(items: impl Iterator<Item = (&'a Bytes, f64)>, withscores: bool) -> Reply {
-    let mut out = Vec::new();
-    for (m, s) in items {
-        out.push(bulk(m));
-        if withscores {
-            out.push(double(s));
-        }
+    if withscores {
+        return Reply::Pairs(items.map(|(m, s)| (bulk(m), double(s))).collect());
     }
-    Reply::Array(out)
+    Reply::Array(items.map(|(m, _)| bulk(m)).collect())
 }
 
 fn owned_reply(items: &[(Bytes, f64)], withscores: bool) -> Reply {
@@ -848,6 +844,15 @@ fn zpop(t: &mut Txn<'_>, a: &[Bytes], max: bool) -> Reply {
     }
     let items = pop_n(&mut c, n, max);
     t.put(&a[1], c);
+    if a.len() == 2 {
+        // Without a count: one flat pair, in RESP3 too.
+        return Reply::Array(
+            items
+                .iter()
+                .flat_map(|(m, s)| [bulk(m), double(*s)])
+                .collect(),
+        );
+    }
     owned_reply(&items, true)
 }
 
@@ -1263,6 +1268,29 @@ fn zdiffstore(t: &mut Txn<'_>, a: &[Bytes], _: u64) -> Reply {
 }
 
 /// The sorted-set commands, with Redis 7.0's arities.
+/// `ZSCAN key cursor [MATCH pattern] [COUNT count]`: `[cursor, [member, score, …]]` in
+/// member order (flat in RESP3 too, as Redis).
+fn zscan(v: &View<'_>, a: &[Bytes], _: u64) -> Reply {
+    let s = match scan_args(a) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    match v.get(&a[1], Type::ZSet) {
+        Err(e) => e,
+        Ok(None) => scan_page(&s, std::iter::empty::<(&Bytes, ())>(), |_, _, _| {}),
+        Ok(Some(c)) => {
+            let iter = c
+                .as_zset()
+                .scores
+                .range::<_, [u8]>((after(&s.cursor), std::ops::Bound::Unbounded));
+            scan_page(&s, iter, |m, score, out| {
+                out.push(bulk(m));
+                out.push(double(score.0));
+            })
+        }
+    }
+}
+
 pub(super) const SPECS: &[Spec] = &[
     w("zadd", -4, zadd),
     w("zincrby", 4, zincrby),
@@ -1298,6 +1326,7 @@ pub(super) const SPECS: &[Spec] = &[
     r("zinter", -3, zinter),
     r("zdiff", -3, zdiff),
     r("zintercard", -3, zintercard),
+    r("zscan", -3, zscan),
 ];
 
 #[cfg(test)]
@@ -1390,7 +1419,7 @@ mod tests {
 
     /// RESP2's WITHSCORES form.
     fn scored(ps: &[(&str, &str)]) -> Reply {
-        Reply::Array(ps.iter().flat_map(|(m, s)| [b(m), d(s)]).collect())
+        Reply::Pairs(ps.iter().map(|(m, s)| (b(m), d(s))).collect())
     }
 
     fn pairs(ps: &[(&str, &str)]) -> Reply {
@@ -1855,11 +1884,51 @@ mod tests {
     }
 
     #[test]
+    fn zscan_pages_every_member_once() {
+        let mut s = S::new();
+        let members: Vec<String> = (0..30).map(|i| format!("{i} m{i:02}")).collect();
+        s.run(&format!("zadd z {}", members.join(" ")));
+        let mut seen = Vec::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let Reply::Array(page) = s.run(&format!("zscan z {cursor} count 4")) else {
+                panic!()
+            };
+            let (Reply::Bulk(next), Reply::Array(items)) = (&page[0], &page[1]) else {
+                panic!()
+            };
+            for p in items.chunks(2) {
+                seen.push((p[0].clone(), p[1].clone()));
+            }
+            cursor = String::from_utf8(next.clone()).unwrap();
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 30);
+        assert_eq!(seen[3], (b("m03"), d("3")));
+        assert_eq!(
+            s.run("zscan z 0 match m1* count 100"),
+            Reply::Array(vec![
+                b("0"),
+                Reply::Array(
+                    (10..20)
+                        .flat_map(|i| [b(&format!("m{i}")), d(&i.to_string())])
+                        .collect()
+                )
+            ])
+        );
+        s.string("str");
+        assert_eq!(s.run("zscan str 0"), e(WRONG));
+    }
+
+    #[test]
     fn zpop() {
         let mut s = five();
         s.string("str");
-        assert_eq!(s.run("zpopmin z"), scored(&[("a", "1")]));
-        assert_eq!(s.run("zpopmax z"), scored(&[("e", "5")]));
+        // Without a count, one flat pair (in RESP3 too); with one, pairs.
+        assert_eq!(s.run("zpopmin z"), Reply::Array(vec![b("a"), d("1")]));
+        assert_eq!(s.run("zpopmax z"), Reply::Array(vec![b("e"), d("5")]));
         assert_eq!(s.run("zpopmin z 2"), scored(&[("b", "2"), ("c", "3")]));
         assert_eq!(s.run("zpopmin z 0"), names(&[]));
         assert_eq!(s.run("zpopmax z 10"), scored(&[("d", "4")]));
@@ -2008,14 +2077,14 @@ mod tests {
             assert_eq!(got.len(), 12);
             assert!(got.iter().all(|m| all.contains(&m.as_str())));
             // WITHSCORES gives each member's own score.
-            let Reply::Array(v) = s.args(&["zrandmember", "z", "-4", "withscores"], seed) else {
+            let Reply::Pairs(v) = s.args(&["zrandmember", "z", "-4", "withscores"], seed) else {
                 panic!()
             };
-            assert_eq!(v.len(), 8);
-            for p in v.chunks(2) {
-                let Reply::Bulk(m) = &p[0] else { panic!() };
+            assert_eq!(v.len(), 4);
+            for (m, score) in &v {
+                let Reply::Bulk(m) = m else { panic!() };
                 let want = (m[0] - b'a' + 1).to_string();
-                assert_eq!(p[1], d(&want));
+                assert_eq!(*score, d(&want));
             }
         }
         // The same seed, the same picks.
@@ -2212,6 +2281,7 @@ mod tests {
             ("zinter", -3),
             ("zdiff", -3),
             ("zintercard", -3),
+            ("zscan", -3),
         ];
         assert_eq!(SPECS.len(), want.len());
         for (name, arity) in want {

@@ -92,6 +92,17 @@ fn info_sections(handle: &Handle) -> Vec<resp::InfoSection> {
             ],
         },
         S {
+            title: "Clients",
+            default: true,
+            fields: {
+                let (connected, blocked) = handle.admission().clients();
+                vec![
+                    ("connected_clients", connected.to_string()),
+                    ("blocked_clients", blocked.to_string()),
+                ]
+            },
+        },
+        S {
             title: "Stats",
             default: true,
             fields: vec![
@@ -165,10 +176,24 @@ fn human_bytes(n: u64) -> String {
     format!("{n}B")
 }
 
-/// A blocking pop's keys, timeout (`None`: forever) and answer on timeout; `None` for any
-/// other command, or a timeout the store will refuse (it answers the error at once).
-fn blocking(args: &[Vec<u8>]) -> Option<(Vec<Vec<u8>>, Option<std::time::Duration>, Reply)> {
+/// What a blocking pop waits on.
+type Waits = (
+    Vec<Vec<u8>>,
+    &'static str,
+    Option<std::time::Duration>,
+    Reply,
+);
+
+/// A blocking pop's keys, the type they must hold to wake it, its timeout (`None`: forever)
+/// and its answer on timeout; `None` for any other command, or a timeout the store will
+/// refuse (it answers the error at once).
+fn blocking(args: &[Vec<u8>]) -> Option<Waits> {
     let name = args.first()?.to_ascii_lowercase();
+    let kind = if name.starts_with(b"bz") {
+        "zset"
+    } else {
+        "list"
+    };
     let n = args.len();
     let (keys, timeout, empty) = match name.as_slice() {
         b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" if n >= 3 => {
@@ -191,7 +216,7 @@ fn blocking(args: &[Vec<u8>]) -> Option<(Vec<Vec<u8>>, Option<std::time::Duratio
         return None;
     }
     let timeout = (secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs.min(1e9)));
-    Some((keys, timeout, empty))
+    Some((keys, kind, timeout, empty))
 }
 
 /// A RESP connection's parser state.
@@ -256,11 +281,17 @@ impl Conn {
                 resp::Action::Store(op, render) => {
                     let op = with_limits(op, self.limits);
                     match blocking(&args) {
-                        Some((keys, timeout, empty)) => {
+                        Some((keys, kind, timeout, empty)) => {
                             let mut enc = Vec::new();
                             waverunner_kv::codec::encode_op(&op, &mut enc);
                             let mut probe = Vec::new();
-                            waverunner_kv::codec::encode_op(&Op::Exists { keys }, &mut probe);
+                            waverunner_kv::codec::encode_op(
+                                &Op::Ready {
+                                    keys,
+                                    kind: kind.as_bytes().to_vec(),
+                                },
+                                &mut probe,
+                            );
                             let b = tcp::Blocked {
                                 how: render,
                                 proto,

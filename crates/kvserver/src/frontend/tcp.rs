@@ -11,7 +11,7 @@
 //!
 //! A blocking pop (`BLPOP` …) that finds nothing parks its connection (nothing after it is
 //! submitted, as Redis stops a blocked client): when this replica has applied new entries a
-//! read-only probe (`EXISTS` of its keys: no log entry) looks, and only when it finds a key
+//! read-only probe (how many of its keys hold a list, or a sorted set: no log entry) looks, and only when it finds a key
 //! does the pop go through the log again. The timeout answers as Redis does; a pop that
 //! unblocks the client is one entry, whichever replica took the push, across leader changes.
 //!
@@ -84,7 +84,8 @@ pub(super) struct Blocked {
     pub proto: resp::Proto,
     /// The pop, encoded: submitted again when the probe finds a key.
     pub op: Vec<u8>,
-    /// `EXISTS` of its keys, encoded: a read, submitted when new entries were applied.
+    /// How many of its keys hold its type ([`waverunner_kv::Op::Ready`]), encoded: a read,
+    /// submitted when new entries were applied.
     pub probe: Vec<u8>,
     /// When it answers `empty` (none: never).
     pub deadline: Option<Instant>,
@@ -238,6 +239,9 @@ struct Conn {
     read_done: bool,
     /// A blocking pop waiting: nothing after it is submitted until it answers.
     parked: Option<Parked>,
+    /// A blocking pop has waited and not answered yet (parked, or probing): a blocked client
+    /// for `INFO`.
+    blocked: bool,
     /// The applied index when what is in flight was submitted: a blocking pop (or its probe)
     /// in it saw every entry up to there.
     block_since: u64,
@@ -422,6 +426,7 @@ impl Loop {
             };
             self.gens += 1;
             self.open[proto as usize] += 1;
+            self.handle.admission().count_clients(1, 0);
             self.conns[i] = Some(Conn {
                 stream,
                 proto,
@@ -442,6 +447,7 @@ impl Loop {
                 closing: false,
                 read_done: false,
                 parked: None,
+                blocked: false,
                 block_since: 0,
             });
             // Bytes may have arrived with the connection.
@@ -465,6 +471,9 @@ impl Loop {
             let c = self.conns[i].take().expect("checked");
             // Closing the descriptor removes it from the poll set.
             self.open[c.proto as usize] -= 1;
+            self.handle
+                .admission()
+                .count_clients(-1, -i64::from(c.blocked));
             self.free.push(i);
         }
     }
@@ -483,15 +492,23 @@ impl Loop {
                 if c.gen != part.gen {
                     continue; // the connection closed meanwhile
                 }
+                let was = c.blocked;
                 c.answered(part.seqs, rs, n > 1);
+                if c.blocked != was {
+                    self.handle
+                        .admission()
+                        .count_clients(0, if c.blocked { 1 } else { -1 });
+                }
                 if c.parked.is_some() && !self.parked.contains(&(part.conn, c.gen)) {
                     self.parked.push((part.conn, c.gen));
                 }
                 touched.push(part.conn);
             }
         }
-        touched.sort_unstable();
-        touched.dedup();
+        // In the order answered (not by slot): blocked clients woken together pop in the
+        // order they blocked, as Redis serves the longest waiting first.
+        let mut seen = std::collections::HashSet::new();
+        touched.retain(|i| seen.insert(*i));
         // Answers make room: write them, read and parse what waited behind the bounds.
         for i in touched {
             self.pump(i);
@@ -526,6 +543,8 @@ impl Loop {
             if b.timed_out(now) {
                 *slot = Slot::Ready(b.empty_reply());
                 c.parked = None;
+                c.blocked = false;
+                self.handle.admission().count_clients(0, -1);
                 wake.push(i);
                 return false;
             }
@@ -663,6 +682,10 @@ impl Conn {
             if parsed {
                 continue; // write what is ready, parse on (also after the end of stream)
             }
+            if self.read_done && self.parked.is_some() {
+                // The client left while blocked: nobody waits for the pop (Redis frees it).
+                return false;
+            }
             if self.closing || self.read_done {
                 // Done once everything is answered and sent.
                 return !(self.slots.is_empty() && self.sent == self.out.len());
@@ -789,27 +812,35 @@ impl Conn {
             };
             if let Render::Block(b) = render {
                 use waverunner_kv::Reply;
-                match &r {
-                    // Nothing to pop (the pop's empty answer, or the probe's count of 0).
-                    Ok(Response::Reply(Reply::NilArray | Reply::Nil) | Response::Int(0)) => {
-                        if b.timed_out(Instant::now()) {
-                            *slot = Slot::Ready(b.empty_reply());
-                        } else {
-                            self.parked = Some(Parked {
-                                seq,
-                                seen: self.block_since,
-                            });
-                        }
-                        continue;
+                // Nothing to pop (the pop's empty answer, or the probe's count of 0).
+                // (A pop answering WRONGTYPE after its probe found a list reports its
+                // destination's type, as Redis does when it wakes the client.)
+                let nothing = matches!(
+                    &r,
+                    Ok(Response::Reply(Reply::NilArray | Reply::Nil) | Response::Int(0))
+                );
+                if nothing {
+                    if b.timed_out(Instant::now()) {
+                        *slot = Slot::Ready(b.empty_reply());
+                        self.blocked = false;
+                    } else {
+                        self.parked = Some(Parked {
+                            seq,
+                            seen: self.block_since,
+                        });
+                        self.blocked = true;
                     }
-                    // The probe found a key: pop.
-                    Ok(Response::Int(_)) => {
-                        let op = b.op.clone();
-                        self.held.push_front((seq, op));
-                        continue;
-                    }
-                    _ => {}
+                    continue;
                 }
+                // The probe found a key: pop.
+                if let Ok(Response::Int(_)) = &r {
+                    let op = b.op.clone();
+                    self.held.push_front((seq, op));
+                    continue;
+                }
+            }
+            if matches!(render, Render::Block(_)) {
+                self.blocked = false;
             }
             *slot = Slot::Ready(render.reply(r));
         }
