@@ -547,6 +547,60 @@ fn redis_benchmark_set_get_incr() {
         &["EXISTS", "key:__rand_int__", "counter:__rand_int__"],
         "(integer) 2",
     );
+    // Its default list of tests (lists, sets, hashes, sorted sets, MSET…) through a follower:
+    // every one answered, no error.
+    let a = c.redis_addr(follower);
+    let o = run_with_timeout(
+        Command::new(&bench).args([
+            "-h",
+            &a.ip().to_string(),
+            "-p",
+            &a.port().to_string(),
+            "-n",
+            "1000",
+            "-c",
+            "10",
+            "-q",
+        ]),
+        None,
+        Duration::from_secs(300),
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "redis-benchmark default run: {out}\n{err}");
+    let text = out.replace('\r', "\n");
+    for t in [
+        "PING_INLINE",
+        "PING_MBULK",
+        "SET",
+        "GET",
+        "INCR",
+        "LPUSH",
+        "RPUSH",
+        "LPOP",
+        "RPOP",
+        "SADD",
+        "HSET",
+        "SPOP",
+        "ZADD",
+        "ZPOPMIN",
+        "LRANGE_100 (first 100 elements)",
+        "LRANGE_600 (first 600 elements)",
+        "MSET (10 keys)",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{t}: ")) && l.contains("requests per second")),
+            "redis-benchmark default run: no result for {t}:\n{out}"
+        );
+    }
+    for bad in ["ERR", "rror", "WRONGTYPE"] {
+        assert!(
+            !out.contains(bad) && !err.contains(bad),
+            "redis-benchmark default run reported errors:\n{out}\n{err}"
+        );
+    }
+    c.wait_converged(WAIT);
 }
 
 #[test]
