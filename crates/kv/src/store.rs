@@ -1523,6 +1523,17 @@ impl KvStore {
         self.put_typed(key, c, index, expire_at);
     }
 
+    /// Stores a string under `key`, replacing whatever it held: with the old string's flags
+    /// and expiry when `keep` (a changed string), else flags 0 and no expiry (a new value).
+    pub(crate) fn put_string(&mut self, key: &[u8], value: &[u8], keep: bool, index: u64) {
+        self.purge(key);
+        let (flags, expire_at) = match self.items.get(key) {
+            Some(e) if keep && !e.is_typed() => (e.flags(), e.expire_at()),
+            _ => (0, None),
+        };
+        self.store(key, value, flags, index, expire_at);
+    }
+
     /// Deletes a key of any type; whether it was live.
     pub(crate) fn delete_key(&mut self, key: &[u8]) -> bool {
         let now = self.now_ms;

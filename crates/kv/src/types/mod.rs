@@ -27,6 +27,7 @@ mod hash;
 mod keys;
 mod list;
 mod set;
+mod strings;
 mod zset;
 
 use imbl::{OrdMap, OrdSet, Vector};
@@ -529,6 +530,7 @@ const fn random(s: Spec) -> Spec {
 pub fn specs() -> impl Iterator<Item = &'static Spec> {
     [
         keys::SPECS,
+        strings::SPECS,
         hash::SPECS,
         set::SPECS,
         list::SPECS,
@@ -608,6 +610,17 @@ impl View<'_> {
     }
 }
 
+impl View<'_> {
+    /// The live string under `key`; `Err(WRONGTYPE)` if the key holds a collection.
+    pub(crate) fn string(&self, key: &[u8]) -> Result<Option<&[u8]>, Reply> {
+        match self.store.type_of(key, self.now) {
+            None => Ok(None),
+            Some(Type::String) => Ok(self.store.string_value(key, self.now)),
+            Some(_) => Err(wrongtype()),
+        }
+    }
+}
+
 /// The store as a write changes it.
 pub(crate) struct Txn<'a> {
     pub(crate) store: &'a mut KvStore,
@@ -634,6 +647,18 @@ impl Txn<'_> {
     /// deletes the key (Redis never keeps an empty collection).
     pub(crate) fn put(&mut self, key: &[u8], c: Coll) {
         self.store.put_coll(key, c, true, self.index);
+    }
+
+    /// A copy of the live string under `key`; `Err(WRONGTYPE)` if it holds a collection.
+    pub(crate) fn get_string(&mut self, key: &[u8]) -> Result<Option<Bytes>, Reply> {
+        self.store.purge_key(key);
+        self.view().string(key).map(|v| v.map(<[u8]>::to_vec))
+    }
+
+    /// Stores a string under `key`: a changed string keeps its flags and expiry (`keep`), a
+    /// new value (`BITOP`'s destination) replaces whatever the key held, with no expiry.
+    pub(crate) fn put_string(&mut self, key: &[u8], value: &[u8], keep: bool) {
+        self.store.put_string(key, value, keep, self.index);
     }
 
     /// Stores a new value under `key` whatever it held (the `*STORE` commands): no expiry;
