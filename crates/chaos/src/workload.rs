@@ -12,13 +12,21 @@
 //! ends, not to the end of the run (an unknown `incr` left open over a long history makes the
 //! search explode: a 120 s run on 8 fixed keys took the checker past 24 GB).
 //!
+//! RESP clients also write registers through transactions: a `cas` is `WATCH k`, `GET k`, and
+//! when the value is the one expected `MULTI`, `SET k new`, `EXEC` (else `UNWATCH`, and the
+//! answer is "no match"); an `EXEC` that answers nil (the key changed) applied nothing. And
+//! they send commands on hashes, lists, sets and sorted sets to keys of their own (`t…`),
+//! not recorded (their replies are not checked), so that the final digest check covers
+//! every type and the commands that pick at random.
+//!
 //! Outcomes, as the checker needs them (`crates/chaos/README.md`):
 //!
 //! | client | ok | fail (certainly not applied) | unknown (may have been applied) |
 //! |---|---|---|---|
 //! | native | an answer | `Rejected` (refused as invalid), an error result (`incr` of a non-counter) | `Timeout`, a local socket error |
-//! | RESP | an answer | the connection could not be made (nothing sent); `-ERR replica busy`; `-ERR value is not an integer…` | any other error reply, a timeout, a lost connection after sending |
+//! | RESP | an answer | the connection could not be made (nothing sent); `-ERR replica busy`; `-ERR value is not an integer…`; a `cas` that failed before its `EXEC` was sent, or whose `EXEC` answered nil | any other error reply, a timeout, a lost connection after sending |
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -138,6 +146,10 @@ pub struct WorkloadConfig {
     pub seed: u64,
     /// Pause between a client's operations (zero: closed loop at full speed).
     pub think: Duration,
+    /// RESP clients: fraction of register writes made as a `cas` in a `WATCH` transaction.
+    pub cas_fraction: f64,
+    /// RESP clients: fraction of their commands sent to collection keys (not recorded).
+    pub collection_fraction: f64,
     /// Native client: how long one request keeps being retried (same session and sequence
     /// number) before it is given up as unknown.
     pub native_deadline: Duration,
@@ -160,6 +172,8 @@ impl Default for WorkloadConfig {
             key_epoch: Duration::from_secs(10),
             seed: 1,
             think: Duration::ZERO,
+            cas_fraction: 0.3,
+            collection_fraction: 0.2,
             native_deadline: Duration::from_secs(10),
             native_attempt: Duration::from_millis(300),
             resp_timeout: Duration::from_secs(5),
@@ -212,6 +226,11 @@ pub struct Counts {
     pub unknown: AtomicU64,
     /// Answers of an unexpected form (a harness or server bug; recorded as unknown).
     pub unexpected: AtomicU64,
+    /// `cas` transactions whose `EXEC` was applied / answered nil (a watched key changed).
+    pub tx_applied: AtomicU64,
+    pub tx_aborted: AtomicU64,
+    /// Commands sent to collection keys (not recorded).
+    pub collection_ops: AtomicU64,
 }
 
 impl Counts {
@@ -260,6 +279,7 @@ pub fn run(
                         history,
                         counts,
                         written: 0,
+                        seen: HashMap::new(),
                     };
                     let native = match cfg.protocol {
                         Protocol::Mixed => c % 2 == 0,
@@ -285,9 +305,80 @@ struct Worker<'a> {
     counts: &'a Counts,
     /// Writes issued so far (for unique values).
     written: u64,
+    /// The last value this client read or wrote per register (what a `cas` expects).
+    seen: HashMap<String, Option<String>>,
 }
 
 impl Worker<'_> {
+    /// The next operation of a RESP client: [`Worker::next_op`], some register writes as a
+    /// `cas` expecting the value this client last saw.
+    fn next_resp_op(&mut self) -> (String, Input) {
+        let (key, input) = self.next_op();
+        match input {
+            Input::Set { value } if self.rng.chance(self.cfg.cas_fraction) => {
+                let expected = self.seen.get(&key).cloned().flatten();
+                (
+                    key,
+                    Input::Cas {
+                        expected,
+                        new: value,
+                    },
+                )
+            }
+            input => (key, input),
+        }
+    }
+
+    /// A command on a collection key of this epoch (`t<type><i>.<epoch>`).
+    fn collection_command(&mut self) -> Vec<Vec<u8>> {
+        let epoch = self.cfg.epoch_at(self.history.now_us());
+        let i = self.rng.below(2);
+        let m = format!("m{}", self.rng.below(8));
+        let n = self.rng.range(1, 3).to_string();
+        let words: Vec<String> = match self.rng.below(14) {
+            0 => vec!["HSET".into(), format!("th{i}.{epoch}"), m, n],
+            1 => vec!["HINCRBY".into(), format!("th{i}.{epoch}"), m, n],
+            2 => vec![
+                "HRANDFIELD".into(),
+                format!("th{i}.{epoch}"),
+                n,
+                "WITHVALUES".into(),
+            ],
+            3 => vec!["LPUSH".into(), format!("tl{i}.{epoch}"), m],
+            4 => vec!["RPOP".into(), format!("tl{i}.{epoch}")],
+            5 => vec![
+                "LMOVE".into(),
+                format!("tl{i}.{epoch}"),
+                format!("tl{}.{epoch}", 1 - i),
+                "LEFT".into(),
+                "RIGHT".into(),
+            ],
+            6 => vec!["SADD".into(), format!("ts{i}.{epoch}"), m],
+            7 => vec!["SPOP".into(), format!("ts{i}.{epoch}")],
+            8 => vec![
+                "SRANDMEMBER".into(),
+                format!("ts{i}.{epoch}"),
+                format!("-{n}"),
+            ],
+            9 => vec![
+                "SINTERSTORE".into(),
+                format!("ts2.{epoch}"),
+                format!("ts0.{epoch}"),
+                format!("ts1.{epoch}"),
+            ],
+            10 => vec!["ZADD".into(), format!("tz{i}.{epoch}"), n, m],
+            11 => vec!["ZINCRBY".into(), format!("tz{i}.{epoch}"), n, m],
+            12 => vec!["ZPOPMIN".into(), format!("tz{i}.{epoch}")],
+            _ => vec![
+                "ZRANDMEMBER".into(),
+                format!("tz{i}.{epoch}"),
+                n,
+                "WITHSCORES".into(),
+            ],
+        };
+        words.into_iter().map(String::into_bytes).collect()
+    }
+
     /// The next operation: a key and what to do with it.
     fn next_op(&mut self) -> (String, Input) {
         let keys = self.cfg.registers + self.cfg.counters;
@@ -389,7 +480,17 @@ impl Worker<'_> {
         let mut conn: Option<BufReader<TcpStream>> = None;
         let mut next = self.id as usize;
         while !stop.load(Ordering::Relaxed) {
-            let (key, input) = self.next_op();
+            if let Some(s) = conn.as_mut() {
+                if self.rng.chance(self.cfg.collection_fraction) {
+                    let cmd = self.collection_command();
+                    self.counts.collection_ops.fetch_add(1, Ordering::Relaxed);
+                    if resp_call(s, &cmd).is_err() {
+                        conn = None;
+                    }
+                    continue;
+                }
+            }
+            let (key, input) = self.next_resp_op();
             let call = self.history.now_us();
             let inv = Operation::invoke(self.id, key.clone(), input.clone(), call);
             if conn.is_none() {
@@ -411,8 +512,46 @@ impl Worker<'_> {
                 }
             }
             let Some(s) = conn.as_mut() else { continue };
+            if let Input::Cas { expected, new } = &input {
+                let (verdict, keep) = resp_cas(s, &key, expected.as_deref(), new);
+                let ret = self.history.now_us();
+                let rec = match verdict {
+                    RespVerdict::Ok(out) => {
+                        if out == (Output::Cas { ok: true }) {
+                            self.counts.tx_applied.fetch_add(1, Ordering::Relaxed);
+                            self.seen.insert(key.clone(), Some(new.clone()));
+                        }
+                        inv.ok(ret, out)
+                    }
+                    RespVerdict::Fail => {
+                        self.counts.tx_aborted.fetch_add(1, Ordering::Relaxed);
+                        inv.fail(Some(ret))
+                    }
+                    RespVerdict::Unknown => inv.unknown(Some(ret)),
+                    RespVerdict::Unexpected => {
+                        self.counts.unexpected.fetch_add(1, Ordering::Relaxed);
+                        inv.unknown(Some(ret))
+                    }
+                };
+                if !keep {
+                    conn = None;
+                }
+                self.record(rec);
+                self.think();
+                continue;
+            }
             let r = resp_call(s, &resp_command(&key, &input));
             let ret = self.history.now_us();
+            match (&input, &r) {
+                (Input::Get, Ok(Reply::Bulk(v))) => {
+                    let v = v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned());
+                    self.seen.insert(key.clone(), v);
+                }
+                (Input::Set { value }, Ok(Reply::Simple(ok))) if ok == "OK" => {
+                    self.seen.insert(key.clone(), Some(value.clone()));
+                }
+                _ => {}
+            }
             let rec = match r {
                 Ok(reply) => match resp_output(&input, reply) {
                     RespVerdict::Ok(out) => inv.ok(ret, out),
@@ -522,6 +661,51 @@ fn resp_command(key: &str, input: &Input) -> Vec<Vec<u8>> {
         Input::Set { value } => vec![b("SET"), b(key), b(value)],
         Input::Incr { delta } => vec![b("INCRBY"), b(key), b(&delta.to_string())],
         Input::Cas { .. } => unreachable!("the workload does not use cas"),
+    }
+}
+
+/// A `cas` through a `WATCH` transaction: the verdict, and whether the connection may be
+/// used again (its state is known: no transaction or watch left open).
+fn resp_cas(
+    s: &mut BufReader<TcpStream>,
+    key: &str,
+    expected: Option<&str>,
+    new: &str,
+) -> (RespVerdict, bool) {
+    let b = |s: &str| s.as_bytes().to_vec();
+    // Until EXEC is sent nothing can be applied: any trouble is a certain failure.
+    let before_exec = |r: std::io::Result<Reply>, want: &str| match r {
+        Ok(Reply::Simple(x)) if x == want => Ok(()),
+        _ => Err((RespVerdict::Fail, false)),
+    };
+    if let Err(e) = before_exec(resp_call(s, &[b("WATCH"), b(key)]), "OK") {
+        return e;
+    }
+    let current = match resp_call(s, &[b("GET"), b(key)]) {
+        Ok(Reply::Bulk(v)) => v.map(|v| String::from_utf8_lossy(&v).into_owned()),
+        _ => return (RespVerdict::Fail, false),
+    };
+    if current.as_deref() != expected {
+        let clean = matches!(resp_call(s, &[b("UNWATCH")]), Ok(Reply::Simple(_)));
+        return (RespVerdict::Ok(Output::Cas { ok: false }), clean);
+    }
+    if let Err(e) = before_exec(resp_call(s, &[b("MULTI")]), "OK") {
+        return e;
+    }
+    if let Err(e) = before_exec(resp_call(s, &[b("SET"), b(key), b(new)]), "QUEUED") {
+        return e;
+    }
+    match resp_call(s, &[b("EXEC")]) {
+        Ok(Reply::Array(Some(v))) if v == [Reply::Simple("OK".into())] => {
+            (RespVerdict::Ok(Output::Cas { ok: true }), true)
+        }
+        // The watched key changed: nothing applied.
+        Ok(Reply::Array(None)) => (RespVerdict::Fail, true),
+        Ok(Reply::Error(e)) if e.starts_with("EXECABORT") || e.contains("replica busy") => {
+            (RespVerdict::Fail, false)
+        }
+        Ok(Reply::Error(_)) | Err(_) => (RespVerdict::Unknown, false),
+        Ok(_) => (RespVerdict::Unexpected, false),
     }
 }
 
@@ -774,6 +958,7 @@ mod tests {
             history: &h,
             counts: &counts,
             written: 0,
+            seen: HashMap::new(),
         };
         let mut values = std::collections::HashSet::new();
         let keys = cfg.keys_of(0);

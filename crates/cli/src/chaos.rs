@@ -1238,7 +1238,17 @@ impl Analysis {
 /// of the history. A register must hold the value of a write that no acknowledged write
 /// followed; a counter must hold at least the sum of its acknowledged increments and at most
 /// that plus the unknown ones. Returns one line per problem.
+///
+/// A `cas` writes its new value when it answers a match (or may have, when unknown); one that
+/// answers "no match" wrote nothing.
 pub fn lost_writes(ops: &[Operation]) -> Vec<String> {
+    fn written_value(input: &Input) -> Option<&str> {
+        match input {
+            Input::Set { value } => Some(value),
+            Input::Cas { new, .. } => Some(new),
+            _ => None,
+        }
+    }
     let mut finals: BTreeMap<&str, Option<String>> = BTreeMap::new();
     for op in ops.iter().filter(|o| o.client == FINAL_READER) {
         if let (Outcome::Ok, Some(Output::Get { value })) = (op.outcome, &op.output) {
@@ -1299,7 +1309,12 @@ pub fn lost_writes(ops: &[Operation]) -> Vec<String> {
             }
             continue;
         }
-        let acked: Vec<&&Operation> = writes.iter().filter(|w| w.outcome == Outcome::Ok).collect();
+        // A `cas` answered "no match" wrote nothing.
+        let acked: Vec<&&Operation> = writes
+            .iter()
+            .filter(|w| w.outcome == Outcome::Ok)
+            .filter(|w| !matches!(w.output, Some(Output::Cas { ok: false })))
+            .collect();
         match fin {
             None => {
                 if !acked.is_empty() {
@@ -1312,7 +1327,8 @@ pub fn lost_writes(ops: &[Operation]) -> Vec<String> {
             Some(v) => {
                 let source: Vec<&&Operation> = writes
                     .iter()
-                    .filter(|w| matches!(&w.input, Input::Set { value } if value == v))
+                    .filter(|w| written_value(&w.input) == Some(v.as_str()))
+                    .filter(|w| !matches!(w.output, Some(Output::Cas { ok: false })))
                     .collect();
                 match source.as_slice() {
                     [] => out.push(format!(
@@ -1331,10 +1347,7 @@ pub fn lost_writes(ops: &[Operation]) -> Vec<String> {
                                 w.client,
                                 ret,
                                 lost.len(),
-                                match &first.input {
-                                    Input::Set { value } => value.as_str(),
-                                    _ => "",
-                                },
+                                written_value(&first.input).unwrap_or(""),
                                 first.client,
                                 first.call_us
                             ));
@@ -1587,6 +1600,12 @@ fn run_inner(a: &ChaosArgs) -> Result<ExitCode, String> {
             .map(|(k, n)| format!("{} {n}", k.name()))
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    println!(
+        "chaos: transactions (WATCH cas): {} applied, {} aborted or refused; {} commands on hashes, lists, sets and sorted sets (covered by the digest check)",
+        counts.tx_applied.load(Ordering::Relaxed),
+        counts.tx_aborted.load(Ordering::Relaxed),
+        counts.collection_ops.load(Ordering::Relaxed)
     );
     if counts.unexpected.load(Ordering::Relaxed) > 0 {
         println!(
@@ -1846,6 +1865,50 @@ mod tests {
         let missing = vec![set(1, "r0", "c1-1", 10, 20), fin("r0", None, 100)];
         assert_eq!(lost_writes(&missing).len(), 1);
         let phantom = vec![set(1, "r0", "c1-1", 10, 20), fin("r0", Some("zz"), 100)];
+        assert_eq!(lost_writes(&phantom).len(), 1);
+    }
+
+    #[test]
+    fn a_cas_writes_only_when_it_matched() {
+        let cas = |c: u64, v: &str, call: u64, ret: u64, ok: bool| {
+            Operation::invoke(
+                c,
+                "r0",
+                Input::Cas {
+                    expected: Some("c1-1".into()),
+                    new: v.into(),
+                },
+                call,
+            )
+            .ok(ret, Output::Cas { ok })
+        };
+        // A "no match" after the final value's write lost nothing.
+        let ops = vec![
+            set(1, "r0", "c1-1", 10, 20),
+            cas(2, "c2-1", 30, 40, false),
+            fin("r0", Some("c1-1"), 100),
+        ];
+        assert!(lost_writes(&ops).is_empty(), "{:?}", lost_writes(&ops));
+        // A match after it did, and its value may be the final one.
+        let lost = vec![
+            set(1, "r0", "c1-1", 10, 20),
+            cas(2, "c2-1", 30, 40, true),
+            fin("r0", Some("c1-1"), 100),
+        ];
+        let l = lost_writes(&lost);
+        assert!(l.len() == 1 && l[0].contains("\"c2-1\""), "{l:?}");
+        let won = vec![
+            set(1, "r0", "c1-1", 10, 20),
+            cas(2, "c2-1", 30, 40, true),
+            fin("r0", Some("c2-1"), 100),
+        ];
+        assert!(lost_writes(&won).is_empty());
+        // A value only a "no match" carried was never written.
+        let phantom = vec![
+            set(1, "r0", "c1-1", 10, 20),
+            cas(2, "c2-1", 30, 40, false),
+            fin("r0", Some("c2-1"), 100),
+        ];
         assert_eq!(lost_writes(&phantom).len(), 1);
     }
 

@@ -136,6 +136,20 @@ fn short_run_with_every_fault_passes() {
     let ops: u64 = s["ops"].parse().unwrap();
     let ok: u64 = s["ok"].parse().unwrap();
     assert!(ops >= 2_000 && ok >= 1_000, "too little work: {report}");
+    // Transactions were recorded and checked; collection commands ran (the digest check at
+    // the end covers them).
+    let tx = stdout
+        .lines()
+        .find(|l| l.starts_with("chaos: transactions"))
+        .unwrap_or_else(|| panic!("no transaction summary: {report}"));
+    let numbers: Vec<u64> = tx
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        numbers.len() >= 3 && numbers[0] > 0 && numbers[2] > 0,
+        "no transaction applied or no collection command: {tx}"
+    );
     // The scheduler deals every kind once per round: each one was injected.
     let line = stdout
         .lines()

@@ -567,7 +567,10 @@ fn redis_benchmark_set_get_incr() {
     );
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "redis-benchmark default run: {out}\n{err}");
+    assert!(
+        o.status.success(),
+        "redis-benchmark default run: {out}\n{err}"
+    );
     let text = out.replace('\r', "\n");
     for t in [
         "PING_INLINE",
