@@ -407,6 +407,36 @@ fn redis_bare_command_and_info_fields() {
                 "INFO at node {id} repeats {name}: {info}"
             );
         }
+        // INFO commandstats counts calls, errors and refusals per command; INFO clients the
+        // connections.
+        redis_script(
+            a,
+            "SET cs:k 1\nGET cs:k\nINCR cs:nokey x\nHSET cs:k f v\nGET\n",
+        );
+        let stats = redis_raw(a, &["INFO", "commandstats"]);
+        let field = |name: &str| {
+            stats
+                .lines()
+                .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+                .unwrap_or_else(|| panic!("no cmdstat_{name} at node {id}: {stats}"))
+                .to_string()
+        };
+        assert!(field("set").contains("calls=1,"), "{stats}");
+        assert!(field("hset").contains("failed_calls=1"), "{stats}");
+        assert!(field("get").contains("rejected_calls=1,"), "{stats}");
+        assert!(
+            !info.contains("cmdstat_"),
+            "commandstats is not a default section"
+        );
+        let clients = redis_raw(a, &["INFO", "clients"]);
+        // (At least this one: an earlier client's close may not be seen yet.)
+        let connected: u64 = clients
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no connected_clients: {clients}"));
+        assert!(connected >= 1, "{clients}");
+        assert!(clients.contains("blocked_clients:0"), "{clients}");
         assert!(
             !c.logs(id).contains("panicked"),
             "node {id} log:\n{}",

@@ -1525,7 +1525,6 @@ impl KvStore {
 
     /// Stores a string under `key`, replacing whatever it held: with the old string's flags
     /// and expiry when `keep` (a changed string), else flags 0 and no expiry (a new value).
-    #[allow(dead_code)] // until the string commands land (types/strings.rs)
     pub(crate) fn put_string(&mut self, key: &[u8], value: &[u8], keep: bool, index: u64) {
         self.purge(key);
         let (flags, expire_at) = match self.items.get(key) {

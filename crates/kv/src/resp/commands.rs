@@ -423,13 +423,48 @@ pub fn command(args: &[Vec<u8>]) -> Action {
 /// [`command`] for a connection speaking `proto`: the replies made without the store are in
 /// it (a store reply is rendered with [`render_proto`]).
 pub fn command_proto(args: &[Vec<u8>], proto: Proto) -> Action {
+    command_named(args, proto).1
+}
+
+/// How a command names itself for statistics: the known command `args` runs as, and
+/// whether it ran (`Ran`) or was refused before (`Rejected`: a wrong number of arguments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Named {
+    /// Not a known command (or no command).
+    Unknown,
+    /// Refused before running.
+    Rejected(&'static str),
+    /// Runs.
+    Ran(&'static str),
+}
+
+/// [`command_proto`], with the command's name for statistics (one lookup for both).
+pub fn command_named(args: &[Vec<u8>], proto: Proto) -> (Named, Action) {
     if args.is_empty() {
-        return Action::Reply(Vec::new());
+        return (Named::Unknown, Action::Reply(Vec::new()));
     }
     let (cmd, sub) = match lookup(args) {
         Ok(found) => found,
-        Err(e) => return Action::Reply(e),
+        Err(e) => {
+            let lname = args[0].to_ascii_lowercase();
+            let known = COMMANDS
+                .iter()
+                .map(|(n, _)| *n)
+                .chain(crate::types::spec(&lname).map(|s| s.name))
+                .find(|n| n.as_bytes() == lname);
+            let named = known.map_or(Named::Unknown, Named::Rejected);
+            return (named, Action::Reply(e));
+        }
     };
+    (Named::Ran(cmd), command_found(args, proto, cmd, sub))
+}
+
+fn command_found(
+    args: &[Vec<u8>],
+    proto: Proto,
+    cmd: &'static str,
+    sub: Option<&'static str>,
+) -> Action {
     let key = || args[1].clone();
     match cmd {
         "ping" => match args.len() {

@@ -612,7 +612,6 @@ impl View<'_> {
 
 impl View<'_> {
     /// The live string under `key`; `Err(WRONGTYPE)` if the key holds a collection.
-    #[allow(dead_code)] // until the string commands land (types/strings.rs)
     pub(crate) fn string(&self, key: &[u8]) -> Result<Option<&[u8]>, Reply> {
         match self.store.type_of(key, self.now) {
             None => Ok(None),
@@ -651,7 +650,6 @@ impl Txn<'_> {
     }
 
     /// A copy of the live string under `key`; `Err(WRONGTYPE)` if it holds a collection.
-    #[allow(dead_code)] // until the string commands land (types/strings.rs)
     pub(crate) fn get_string(&mut self, key: &[u8]) -> Result<Option<Bytes>, Reply> {
         self.store.purge_key(key);
         self.view().string(key).map(|v| v.map(<[u8]>::to_vec))
@@ -659,7 +657,6 @@ impl Txn<'_> {
 
     /// Stores a string under `key`: a changed string keeps its flags and expiry (`keep`), a
     /// new value (`BITOP`'s destination) replaces whatever the key held, with no expiry.
-    #[allow(dead_code)] // until the string commands land (types/strings.rs)
     pub(crate) fn put_string(&mut self, key: &[u8], value: &[u8], keep: bool) {
         self.store.put_string(key, value, keep, self.index);
     }

@@ -6,6 +6,7 @@
 mod memcache;
 pub mod native;
 mod resp;
+mod stats;
 pub mod tcp;
 
 use waverunner_kv::Op;

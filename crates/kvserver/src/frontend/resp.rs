@@ -5,7 +5,7 @@ use waverunner_kv::resp;
 use waverunner_node::replica::{ClientError, Handle};
 
 use super::tcp::{self, ExecSlot, Item, Parsed};
-use super::{with_limits, Limits};
+use super::{stats, with_limits, Limits};
 use waverunner_kv::{Op, Reply};
 
 /// Bytes of the commands one transaction may queue (counted as their arguments' lengths);
@@ -128,6 +128,11 @@ fn info_sections(handle: &Handle) -> Vec<resp::InfoSection> {
                 ),
                 ("master_repl_offset", st.commit_index.to_string()),
             ],
+        },
+        S {
+            title: "Commandstats",
+            default: false,
+            fields: stats::fields(),
         },
         S {
             title: "CPU",
@@ -271,7 +276,13 @@ impl Conn {
             self.queue(&args, handle)
         } else {
             let proto = self.session.proto;
-            match resp::command_proto(&args, proto) {
+            let t0 = std::time::Instant::now();
+            let (named, action) = resp::command_named(&args, proto);
+            let timed = match named {
+                resp::Named::Ran(name) => Some(tcp::Timed { name, since: t0 }),
+                _ => None,
+            };
+            let item = match action {
                 resp::Action::Reply(r) => {
                     if r.starts_with(b"-") {
                         handle.client_error();
@@ -299,10 +310,11 @@ impl Conn {
                                 probe,
                                 deadline: timeout.map(|t| std::time::Instant::now() + t),
                                 empty,
+                                timed,
                             };
                             Item::Store(op, tcp::Render::Block(Box::new(b)))
                         }
-                        None => Item::Store(op, tcp::Render::Redis(render, proto)),
+                        None => Item::Store(op, tcp::Render::Redis(render, proto, timed)),
                     }
                 }
                 resp::Action::Info(args) => Item::Reply(resp::render_info_sections(
@@ -331,7 +343,18 @@ impl Conn {
                     }
                     Item::Reply(r.to_vec())
                 }
+            };
+            // Answered here: counted now (a command through the store, when answered).
+            if let Item::Reply(r) | Item::Close(r) = &item {
+                match named {
+                    resp::Named::Ran(name) => {
+                        stats::called(name, t0.elapsed(), r.starts_with(b"-"))
+                    }
+                    resp::Named::Rejected(name) => stats::rejected(name),
+                    resp::Named::Unknown => {}
+                }
             }
+            item
         };
         Some(Parsed {
             item,

@@ -65,7 +65,8 @@ const CONN0: usize = 16;
 
 /// How to turn the store's response into the reply a command expects.
 pub(super) enum Render {
-    Redis(resp::Render, resp::Proto),
+    /// A Redis reply; counted in `INFO commandstats` when `Timed`.
+    Redis(resp::Render, resp::Proto, Option<Timed>),
     /// `EXEC`: an array of the queued commands' replies, in order; those of the store's
     /// operations come from the transaction's [`Response::Batch`], one per `Store` slot.
     Exec(Vec<ExecSlot>, resp::Proto),
@@ -91,6 +92,20 @@ pub(super) struct Blocked {
     pub deadline: Option<Instant>,
     /// Its answer on timeout (Redis's: a nil array, or a nil for `BLMOVE`/`BRPOPLPUSH`).
     pub empty: waverunner_kv::Reply,
+    /// For `INFO commandstats`.
+    pub timed: Option<Timed>,
+}
+
+/// A command to count in `INFO commandstats` when answered: its name, and when it arrived.
+pub(super) struct Timed {
+    pub name: &'static str,
+    pub since: Instant,
+}
+
+impl Timed {
+    fn done(&self, reply: &[u8]) {
+        super::stats::called(self.name, self.since.elapsed(), reply.starts_with(b"-"));
+    }
 }
 
 impl Blocked {
@@ -99,7 +114,11 @@ impl Blocked {
     }
 
     fn empty_reply(&self) -> Vec<u8> {
-        resp::render_proto(&self.how, &Response::Reply(self.empty.clone()), self.proto)
+        let r = resp::render_proto(&self.how, &Response::Reply(self.empty.clone()), self.proto);
+        if let Some(t) = &self.timed {
+            t.done(&r);
+        }
+        r
     }
 }
 
@@ -113,8 +132,16 @@ struct Parked {
 impl Render {
     fn reply(&self, r: Result<Response, ClientError>) -> Vec<u8> {
         match (self, r) {
-            (Render::Redis(how, proto), Ok(resp)) => resp::render_proto(how, &resp, *proto),
-            (Render::Redis(..), Err(e)) => resp_fe::error(&e),
+            (Render::Redis(how, proto, timed), r) => {
+                let out = match r {
+                    Ok(resp) => resp::render_proto(how, &resp, *proto),
+                    Err(e) => resp_fe::error(&e),
+                };
+                if let Some(t) = timed {
+                    t.done(&out);
+                }
+                out
+            }
             (Render::Exec(slots, proto), Ok(Response::Batch(rs))) => exec_reply(slots, &rs, *proto),
             // A watched key changed: nothing applied (RESP2's nil array, RESP3's null).
             (Render::Exec(_, proto), Ok(Response::Reply(waverunner_kv::Reply::NilArray))) => {
@@ -132,8 +159,16 @@ impl Render {
             (Render::Memcache(_, false), Err(e)) => memcache_fe::error(&e),
             (Render::McBinary(how), Ok(resp)) => waverunner_kv::mcbin::render(how, &resp),
             (Render::McBinary(how), Err(e)) => memcache_fe::binary_error(how, &e),
-            (Render::Block(b), Ok(resp)) => resp::render_proto(&b.how, &resp, b.proto),
-            (Render::Block(_), Err(e)) => resp_fe::error(&e),
+            (Render::Block(b), r) => {
+                let out = match r {
+                    Ok(resp) => resp::render_proto(&b.how, &resp, b.proto),
+                    Err(e) => resp_fe::error(&e),
+                };
+                if let Some(t) = &b.timed {
+                    t.done(&out);
+                }
+                out
+            }
         }
     }
 }
