@@ -1285,3 +1285,66 @@ print("ok")
     let got = blocked.join().expect("the blocked client");
     assert_eq!(got, "1) \"failover\"\n2) \"after\"");
 }
+
+/// `CLIENT LIST` (every connection of the replica, with its name and last command),
+/// `CLIENT NO-EVICT`, `CLIENT REPLY OFF|ON|SKIP` (replies withheld, commands still run) and
+/// `CLIENT UNBLOCK` (a blocked `BLPOP` answered at once, as on its timeout or with an error),
+/// on the leader and a follower, byte for byte.
+#[test]
+fn client_list_reply_and_unblock() {
+    let c = cluster3(Opts::default());
+    let leader = c.status(c.ids()[0]).leader;
+    let follower = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
+    for id in [leader, follower] {
+        let addr = c.redis_addr(id);
+        let script = format!(
+            r#"
+import socket, time
+def conn():
+    s = socket.create_connection(("{ip}", {port})); s.settimeout(10); return s
+def send(s, *a):
+    out = b"*%d\r\n" % len(a)
+    for x in a:
+        x = x.encode()
+        out += b"$%d\r\n%s\r\n" % (len(x), x)
+    s.sendall(out)
+def read(s, want):
+    got = b""
+    while len(got) < len(want):
+        got += s.recv(4096)
+    assert got == want, (got, want)
+def read_until(s, end):
+    got = b""
+    while not got.endswith(end):
+        got += s.recv(4096)
+    return got
+a, b = conn(), conn()
+send(b, "CLIENT", "SETNAME", "bee"); read(b, b"+OK\r\n")
+send(b, "CLIENT", "ID"); bid = read_until(b, b"\r\n")[1:-2].decode()
+send(a, "CLIENT", "LIST")
+lst = read_until(a, b"\n\r\n").decode()
+assert "id=%s " % bid in lst and "name=bee " in lst and "cmd=client " in lst, lst
+assert lst.count("id=") == 2, lst
+send(a, "CLIENT", "NO-EVICT", "on"); read(a, b"+OK\r\n")
+send(a, "CLIENT", "REPLY", "OFF"); send(a, "SET", "cl:x", "1"); send(a, "GET", "cl:x")
+send(a, "CLIENT", "REPLY", "ON"); send(a, "GET", "cl:x")
+read(a, b"+OK\r\n$1\r\n1\r\n")
+send(a, "CLIENT", "REPLY", "SKIP"); send(a, "INCR", "cl:x"); send(a, "GET", "cl:x")
+read(a, b"$1\r\n2\r\n")
+send(b, "BLPOP", "cl:none", "0")
+time.sleep(0.5)
+send(a, "CLIENT", "UNBLOCK", bid, "ERROR"); read(a, b":1\r\n")
+read(b, b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n")
+send(a, "CLIENT", "UNBLOCK", bid); read(a, b":0\r\n")
+send(b, "BLPOP", "cl:none", "0")
+time.sleep(0.5)
+send(a, "CLIENT", "UNBLOCK", bid, "TIMEOUT"); read(a, b":1\r\n")
+read(b, b"*-1\r\n")
+print("ok")
+"#,
+            ip = addr.ip(),
+            port = addr.port(),
+        );
+        redis_py_8(&script, &format!("CLIENT commands at node {id}"));
+    }
+}

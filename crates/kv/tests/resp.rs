@@ -933,7 +933,20 @@ fn command_command() {
     let list = reply("COMMAND LIST");
     assert!(list.starts_with(&format!("*{n}\r\n")), "{list}");
     assert!(list.contains("$3\r\nget\r\n"));
-    assert_eq!(reply("COMMAND INFO get set"), "*2\r\n*-1\r\n*-1\r\n");
+    assert!(list.contains("$4\r\nhset\r\n") && list.contains("$4\r\nzadd\r\n"));
+    assert!(n > 150, "{n}");
+    // Name, arity, flags as the store classes the command, no key positions, empty lists.
+    let tail = ":0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
+    assert_eq!(
+        reply("COMMAND INFO get SET nosuch hget ping"),
+        format!(
+            "*5\r\n*10\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n{tail}\
+             *10\r\n$3\r\nset\r\n:-3\r\n*1\r\n+write\r\n{tail}*-1\r\n\
+             *10\r\n$4\r\nhget\r\n:3\r\n*1\r\n+readonly\r\n{tail}\
+             *10\r\n$4\r\nping\r\n:-1\r\n*0\r\n{tail}"
+        )
+    );
+    assert!(reply("COMMAND INFO").starts_with(&format!("*{n}\r\n")));
     assert_eq!(
         reply("COMMAND FOO"),
         "-ERR unknown subcommand 'FOO'. Try COMMAND HELP.\r\n"

@@ -118,6 +118,21 @@ pub enum ClientCmd {
     Id,
     /// `CLIENT INFO`.
     Info,
+    /// `CLIENT NO-EVICT ON|OFF`: `+OK` (no client is ever evicted here).
+    NoEvict,
+    /// `CLIENT REPLY ON|OFF|SKIP`: the front-end stops or skips the connection's replies.
+    Reply(ReplyMode),
+    /// `CLIENT LIST [ID id…]`: every connection's line as `CLIENT INFO` gives it (the
+    /// front-end keeps the connections; `None`: all).
+    List(Option<Vec<u64>>),
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: the front-end answers a client blocked in a
+    /// blocking pop now, as on its timeout or with an error (`error`).
+    Unblock {
+        /// The client's id.
+        id: u64,
+        /// `ERROR` rather than `TIMEOUT`.
+        error: bool,
+    },
     /// `HELLO [2|3 [SETNAME name]]`: switch protocol (if given), then the server
     /// description in it.
     Hello {
@@ -126,6 +141,17 @@ pub enum ClientCmd {
         /// The validated `SETNAME` option.
         setname: Option<Bytes>,
     },
+}
+
+/// `CLIENT REPLY`'s modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Reply (the default).
+    On,
+    /// Send no reply until `CLIENT REPLY ON`.
+    Off,
+    /// Send no reply to the next command.
+    Skip,
 }
 
 /// Per-connection state for `CLIENT` and `HELLO`; the server keeps one per connection.
@@ -155,6 +181,27 @@ impl Session {
         }
     }
 
+    /// The connection's line in `CLIENT INFO` and `CLIENT LIST`, `cmd` its last command.
+    pub fn info_line(&self, cmd: &str) -> Vec<u8> {
+        let mut line = format!(
+            "id={} addr={} laddr={} name=",
+            self.id,
+            one_word(&self.addr),
+            one_word(&self.laddr)
+        )
+        .into_bytes();
+        line.extend_from_slice(&self.name);
+        line.extend_from_slice(
+            format!(
+                " db=0 flags=N cmd={} user=default resp={}\n",
+                one_word(cmd),
+                self.proto.version()
+            )
+            .as_bytes(),
+        );
+        line
+    }
+
     /// Executes `cmd` on the session and returns the reply.
     pub fn client(&mut self, cmd: &ClientCmd) -> Vec<u8> {
         let mut out = Vec::new();
@@ -172,22 +219,15 @@ impl Session {
             }
             ClientCmd::Id => int(&mut out, i64::try_from(self.id).unwrap_or(i64::MAX)),
             ClientCmd::Info => {
-                let mut line = format!(
-                    "id={} addr={} laddr={} name=",
-                    self.id,
-                    one_word(&self.addr),
-                    one_word(&self.laddr)
-                )
-                .into_bytes();
-                line.extend_from_slice(&self.name);
-                line.extend_from_slice(
-                    format!(
-                        " db=0 flags=N cmd=client|info user=default resp={}\n",
-                        self.proto.version()
-                    )
-                    .as_bytes(),
-                );
+                let line = self.info_line("client|info");
                 verbatim(&mut out, &line, self.proto);
+            }
+            ClientCmd::NoEvict => out.extend_from_slice(b"+OK\r\n"),
+            // The front-end acts on these (it knows the other connections and the replies).
+            ClientCmd::Reply(ReplyMode::On) => out.extend_from_slice(b"+OK\r\n"),
+            ClientCmd::Reply(_) => {}
+            ClientCmd::List(_) | ClientCmd::Unblock { .. } => {
+                out.extend_from_slice(b"-ERR not served by this front-end\r\n")
             }
             ClientCmd::Hello { proto, setname } => {
                 if let Some(p) = proto {
@@ -293,6 +333,10 @@ const SUBCOMMANDS: &[(&str, &str, i32)] = &[
     ("client", "getname", 2),
     ("client", "id", 2),
     ("client", "info", 2),
+    ("client", "list", -2),
+    ("client", "no-evict", 3),
+    ("client", "reply", 3),
+    ("client", "unblock", -3),
     ("client", "setinfo", 4),
     ("client", "setname", 3),
     ("command", "count", 2),
@@ -380,6 +424,40 @@ pub fn commands_list() -> String {
     out.push_str(&line);
     out.push('\n');
     out
+}
+
+/// Every command this server knows, with its arity: the front-end's and the store's
+/// collection commands ([`crate::types`]).
+fn all_commands() -> impl Iterator<Item = (&'static str, i32)> {
+    COMMANDS
+        .iter()
+        .copied()
+        .chain(crate::types::specs().map(|s| (s.name, s.arity)))
+}
+
+/// `readonly` or `write` for a command that goes to the store, as the store classes the
+/// operation it becomes (tried with placeholder arguments); `None` for one answered without
+/// the store, or whose placeholder arguments it refuses.
+fn command_flag(name: &'static str, arity: i32) -> Option<&'static str> {
+    let n = arity.unsigned_abs().max(1) as usize;
+    let mut args = vec![name.as_bytes().to_vec()];
+    args.extend((1..n).map(|_| b"0".to_vec()));
+    match command_proto(&args, Proto::Resp2) {
+        Action::Store(op, _) => Some(if op.is_read_only() {
+            "readonly"
+        } else {
+            "write"
+        }),
+        _ => None,
+    }
+}
+
+/// The header of a set of `n` members: RESP3's `~`, RESP2's array.
+fn set_header(out: &mut Vec<u8>, n: usize, proto: Proto) {
+    match proto {
+        Proto::Resp2 => array(out, n),
+        Proto::Resp3 => out.extend_from_slice(format!("~{n}\r\n").as_bytes()),
+    }
 }
 
 /// A seed for a command that picks at random: drawn here, carried in the log.
@@ -778,6 +856,62 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
         ("client", "getname") => Action::Client(ClientCmd::GetName),
         ("client", "id") => Action::Client(ClientCmd::Id),
         ("client", "info") => Action::Client(ClientCmd::Info),
+        ("client", "no-evict") => match args[2].to_ascii_lowercase().as_slice() {
+            b"on" | b"off" => Action::Client(ClientCmd::NoEvict),
+            _ => reply(SYNTAX),
+        },
+        ("client", "reply") => match args[2].to_ascii_lowercase().as_slice() {
+            b"on" => Action::Client(ClientCmd::Reply(ReplyMode::On)),
+            b"off" => Action::Client(ClientCmd::Reply(ReplyMode::Off)),
+            b"skip" => Action::Client(ClientCmd::Reply(ReplyMode::Skip)),
+            _ => reply(SYNTAX),
+        },
+        ("client", "list") => match args.len() {
+            2 => Action::Client(ClientCmd::List(None)),
+            n if n >= 4 && args[2].eq_ignore_ascii_case(b"id") => {
+                let mut ids = Vec::new();
+                for a in &args[3..] {
+                    match parse_int(a) {
+                        Some(id) if id > 0 => ids.push(id as u64),
+                        _ => return reply("Invalid client ID"),
+                    }
+                }
+                Action::Client(ClientCmd::List(Some(ids)))
+            }
+            n if n == 4 && args[2].eq_ignore_ascii_case(b"type") => {
+                match args[3].to_ascii_lowercase().as_slice() {
+                    b"normal" => Action::Client(ClientCmd::List(None)),
+                    b"master" | b"replica" | b"slave" | b"pubsub" => {
+                        Action::Client(ClientCmd::List(Some(Vec::new())))
+                    }
+                    _ => {
+                        let mut msg = b"Unknown client type '".to_vec();
+                        msg.extend_from_slice(c_str(&args[3], 128));
+                        msg.push(b'\'');
+                        Action::Reply(error_bytes(b"ERR", &msg))
+                    }
+                }
+            }
+            _ => reply(SYNTAX),
+        },
+        ("client", "unblock") => {
+            let Some(id) = parse_int(&args[2]) else {
+                return reply(NOT_INTEGER);
+            };
+            let error = match args.get(3).map(|a| a.to_ascii_lowercase()) {
+                None => false,
+                Some(m) if m == b"timeout" => false,
+                Some(m) if m == b"error" => true,
+                Some(_) => return reply("CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+            };
+            if args.len() > 4 {
+                return reply(SYNTAX);
+            }
+            Action::Client(ClientCmd::Unblock {
+                id: u64::try_from(id).unwrap_or(0),
+                error,
+            })
+        }
         ("client", "setname") => match valid_client_name(&args[2]) {
             Ok(()) => Action::Client(ClientCmd::SetName(args[2].clone())),
             Err(e) => Action::Reply(e),
@@ -804,7 +938,7 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
         }
         ("command", "count") => {
             let mut out = Vec::new();
-            int(&mut out, COMMANDS.len() as i64);
+            int(&mut out, all_commands().count() as i64);
             Action::Reply(out)
         }
         ("command", "docs") => {
@@ -813,18 +947,52 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
             Action::Reply(out)
         }
         ("command", "info") => {
-            // One nil per name asked: "no such command" as far as clients care.
+            // Per name asked: Redis 7's ten fields (name, arity, flags, first key, last key,
+            // step, ACL categories, tips, key specs, subcommands), the flags `readonly` or
+            // `write` as the store sees the command; key positions are not kept here (0:
+            // none given). A name not known: a nil.
+            let names: Vec<&'static str> = if args.len() == 2 {
+                all_commands().map(|(n, _)| n).collect()
+            } else {
+                Vec::new()
+            };
+            let asked: Vec<Vec<u8>> = if args.len() == 2 {
+                names.iter().map(|n| n.as_bytes().to_vec()).collect()
+            } else {
+                args[2..].iter().map(|a| a.to_ascii_lowercase()).collect()
+            };
             let mut out = Vec::new();
-            array(&mut out, args.len() - 2);
-            for _ in 2..args.len() {
-                nil_array(&mut out, proto);
+            array(&mut out, asked.len());
+            for a in &asked {
+                let Some((name, arity)) =
+                    all_commands().find(|(n, _)| n.as_bytes() == a.as_slice())
+                else {
+                    nil_array(&mut out, proto);
+                    continue;
+                };
+                array(&mut out, 10);
+                bulk(&mut out, name.as_bytes());
+                int(&mut out, i64::from(arity));
+                match command_flag(name, arity) {
+                    Some(flag) => {
+                        set_header(&mut out, 1, proto);
+                        out.extend_from_slice(format!("+{flag}\r\n").as_bytes());
+                    }
+                    None => set_header(&mut out, 0, proto),
+                }
+                for _ in 0..3 {
+                    int(&mut out, 0);
+                }
+                for _ in 0..4 {
+                    array(&mut out, 0);
+                }
             }
             Action::Reply(out)
         }
         ("command", "list") => {
             let mut out = Vec::new();
-            array(&mut out, COMMANDS.len());
-            for (name, _) in COMMANDS {
+            array(&mut out, all_commands().count());
+            for (name, _) in all_commands() {
                 bulk(&mut out, name.as_bytes());
             }
             Action::Reply(out)

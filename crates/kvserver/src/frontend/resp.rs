@@ -236,6 +236,10 @@ pub(super) struct Conn {
     /// the leader only makes that index earlier: an abort may be spurious, a change is never
     /// missed. At most [`MAX_WATCHED`] keys.
     watch: Option<(u64, Vec<Vec<u8>>)>,
+    /// The last command run (`CLIENT LIST`'s `cmd=`).
+    last_cmd: &'static str,
+    /// `CLIENT REPLY`'s mode.
+    reply_mode: resp::ReplyMode,
 }
 
 /// Keys one connection may watch at once.
@@ -252,7 +256,19 @@ impl Conn {
             limits,
             multi: None,
             watch: None,
+            last_cmd: "NULL",
+            reply_mode: resp::ReplyMode::On,
         }
+    }
+
+    /// The connection's client id.
+    pub(super) fn id(&self) -> u64 {
+        self.session.id
+    }
+
+    /// Its `CLIENT LIST` line.
+    pub(super) fn info_line(&self) -> Vec<u8> {
+        self.session.info_line(self.last_cmd)
     }
 
     /// The next command in `buf`, if complete; commands that need no store are answered here.
@@ -281,6 +297,19 @@ impl Conn {
             let timed = match named {
                 resp::Named::Ran(name) => Some(tcp::Timed { name, since: t0 }),
                 _ => None,
+            };
+            // CLIENT REPLY OFF|SKIP silence what follows them (not themselves: they answer
+            // nothing, and ON answers +OK).
+            let quiet = match action {
+                resp::Action::Client(resp::ClientCmd::Reply(_)) => false,
+                _ => match self.reply_mode {
+                    resp::ReplyMode::On => false,
+                    resp::ReplyMode::Off => true,
+                    resp::ReplyMode::Skip => {
+                        self.reply_mode = resp::ReplyMode::On;
+                        true
+                    }
+                },
             };
             let item = match action {
                 resp::Action::Reply(r) => {
@@ -322,7 +351,18 @@ impl Conn {
                     &args,
                     proto,
                 )),
-                resp::Action::Client(cmd) => Item::Reply(self.session.client(&cmd)),
+                resp::Action::Client(resp::ClientCmd::List(ids)) => {
+                    Item::Ask(tcp::Ask::List { ids, proto, quiet })
+                }
+                resp::Action::Client(resp::ClientCmd::Unblock { id, error }) => {
+                    Item::Ask(tcp::Ask::Unblock { id, error, quiet })
+                }
+                resp::Action::Client(cmd) => {
+                    if let resp::ClientCmd::Reply(mode) = cmd {
+                        self.reply_mode = mode;
+                    }
+                    Item::Reply(self.session.client(&cmd))
+                }
                 resp::Action::Quit => Item::Close(b"+OK\r\n".to_vec()),
                 resp::Action::Tx(tx) => {
                     let r: &[u8] = match tx {
@@ -344,6 +384,9 @@ impl Conn {
                     Item::Reply(r.to_vec())
                 }
             };
+            if let resp::Named::Ran(name) = named {
+                self.last_cmd = name;
+            }
             // Answered here: counted now (a command through the store, when answered).
             if let Item::Reply(r) | Item::Close(r) = &item {
                 match named {
@@ -354,7 +397,18 @@ impl Conn {
                     resp::Named::Unknown => {}
                 }
             }
-            item
+            if quiet {
+                match item {
+                    Item::Reply(_) => Item::Reply(Vec::new()),
+                    Item::Close(_) => Item::Close(Vec::new()),
+                    Item::Store(op, render) => {
+                        Item::Store(op, tcp::Render::Quiet(Box::new(render)))
+                    }
+                    ask => ask,
+                }
+            } else {
+                item
+            }
         };
         Some(Parsed {
             item,

@@ -76,6 +76,8 @@ pub(super) enum Render {
     McBinary(waverunner_kv::mcbin::BinRender),
     /// A blocking pop (outside a transaction): parked while it finds nothing.
     Block(Box<Blocked>),
+    /// Rendered (and counted) but not sent (`CLIENT REPLY OFF|SKIP`).
+    Quiet(Box<Render>),
 }
 
 /// A blocking pop's state while its connection waits.
@@ -159,6 +161,10 @@ impl Render {
             (Render::Memcache(_, false), Err(e)) => memcache_fe::error(&e),
             (Render::McBinary(how), Ok(resp)) => waverunner_kv::mcbin::render(how, &resp),
             (Render::McBinary(how), Err(e)) => memcache_fe::binary_error(how, &e),
+            (Render::Quiet(inner), r) => {
+                inner.reply(r);
+                Vec::new()
+            }
             (Render::Block(b), r) => {
                 let out = match r {
                     Ok(resp) => resp::render_proto(&b.how, &resp, b.proto),
@@ -205,6 +211,21 @@ pub(super) enum Item {
     Store(waverunner_kv::Op, Render),
     /// Write this, then close the connection once everything before it is answered.
     Close(Vec<u8>),
+    /// A question about the other connections, answered by the loop in this one's order.
+    Ask(Ask),
+}
+
+/// What a connection asks of the loop (`CLIENT LIST`, `CLIENT UNBLOCK`).
+pub(super) enum Ask {
+    /// Every RESP connection's `CLIENT INFO` line (those with these ids), in `proto`; the
+    /// reply suppressed when `quiet`.
+    List {
+        ids: Option<Vec<u64>>,
+        proto: resp::Proto,
+        quiet: bool,
+    },
+    /// Answer the blocking pop of the client `id` now: as on its timeout, or with an error.
+    Unblock { id: u64, error: bool, quiet: bool },
 }
 
 /// One parsed item: the bytes it used, and bytes after the buffer still to be skipped (the
@@ -234,6 +255,8 @@ impl Codec {
 enum Slot {
     Ready(Vec<u8>),
     Waiting(Render),
+    /// An [`Ask`] the loop answers.
+    Asked,
 }
 
 struct Conn {
@@ -277,6 +300,11 @@ struct Conn {
     /// A blocking pop has waited and not answered yet (parked, or probing): a blocked client
     /// for `INFO`.
     blocked: bool,
+    /// Asks parsed, for the loop to answer (request number, question).
+    asks: Vec<(u64, Ask)>,
+    /// `CLIENT UNBLOCK` arrived while the blocking pop was probing: when its answer finds
+    /// nothing it answers as on a timeout (false) or with an error (true).
+    unblock: Option<bool>,
     /// The applied index when what is in flight was submitted: a blocking pop (or its probe)
     /// in it saw every entry up to there.
     block_since: u64,
@@ -364,6 +392,7 @@ pub fn serve(
         conn_ids: 0,
         scratch: vec![0; READ_CHUNK].into_boxed_slice(),
         parked: Vec::new(),
+        wake: Vec::new(),
     };
     let mut events = Events::with_capacity(1_024);
     while !stop.is_set() {
@@ -386,6 +415,9 @@ pub fn serve(
             }
         }
         lp.check_parked();
+        for i in std::mem::take(&mut lp.wake) {
+            lp.pump(i);
+        }
         // Everything this round of events made ready leaves together.
         lp.submit();
     }
@@ -411,6 +443,8 @@ struct Loop {
     scratch: Box<[u8]>,
     /// Connections (slot, generation) with a parked blocking pop: at most the open ones.
     parked: Vec<(usize, u64)>,
+    /// Connections to move on after another's request changed them (`CLIENT UNBLOCK`).
+    wake: Vec<usize>,
 }
 
 impl Loop {
@@ -482,6 +516,8 @@ impl Loop {
                 closing: false,
                 read_done: false,
                 parked: None,
+                asks: Vec::new(),
+                unblock: None,
                 blocked: false,
                 block_since: 0,
             });
@@ -497,7 +533,31 @@ impl Loop {
         let Some(Some(c)) = self.conns.get_mut(i) else {
             return;
         };
-        let alive = c.pump(&self.handle, self.limits, &mut self.scratch);
+        let mut alive = c.pump(&self.handle, self.limits, &mut self.scratch);
+        // Questions about the other connections: answered here, then sent in order.
+        while alive {
+            let Some(Some(c)) = self.conns.get_mut(i) else {
+                return;
+            };
+            if c.asks.is_empty() {
+                break;
+            }
+            let asks = std::mem::take(&mut c.asks);
+            for (seq, ask) in asks {
+                let r = self.answer_ask(ask);
+                let Some(Some(c)) = self.conns.get_mut(i) else {
+                    return;
+                };
+                c.slots[(seq - c.first) as usize] = Slot::Ready(r);
+            }
+            let Some(Some(c)) = self.conns.get_mut(i) else {
+                return;
+            };
+            alive = c.pump(&self.handle, self.limits, &mut self.scratch);
+        }
+        let Some(Some(c)) = self.conns.get_mut(i) else {
+            return;
+        };
         if alive && c.wants_submit() && !c.queued {
             c.queued = true;
             self.submitters.push(i);
@@ -547,6 +607,77 @@ impl Loop {
         // Answers make room: write them, read and parse what waited behind the bounds.
         for i in touched {
             self.pump(i);
+        }
+    }
+
+    /// The answer to a connection's [`Ask`].
+    fn answer_ask(&mut self, ask: Ask) -> Vec<u8> {
+        match ask {
+            Ask::List { ids, proto, quiet } => {
+                let mut lines: Vec<(u64, Vec<u8>)> = self
+                    .conns
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| match &c.codec {
+                        Codec::Redis(r) => Some((r.id(), r.info_line())),
+                        Codec::Memcache(_) => None,
+                    })
+                    .filter(|(id, _)| ids.as_ref().is_none_or(|ids| ids.contains(id)))
+                    .collect();
+                lines.sort();
+                if quiet {
+                    return Vec::new();
+                }
+                let text: Vec<u8> = lines.into_iter().flat_map(|(_, l)| l).collect();
+                resp::render_proto(
+                    &resp::Render::Reply,
+                    &Response::Reply(waverunner_kv::Reply::Bulk(text)),
+                    proto,
+                )
+            }
+            Ask::Unblock { id, error, quiet } => {
+                let now_blocked = self
+                    .conns
+                    .iter_mut()
+                    .flatten()
+                    .find(|c| c.blocked && matches!(&c.codec, Codec::Redis(r) if r.id() == id));
+                let done = match now_blocked {
+                    None => false,
+                    Some(c) => {
+                        match c.parked.take() {
+                            Some(p) => {
+                                let slot = &mut c.slots[(p.seq - c.first) as usize];
+                                let Slot::Waiting(Render::Block(b)) = slot else {
+                                    unreachable!("a parked request is a waiting blocking pop");
+                                };
+                                *slot = Slot::Ready(if error {
+                                    b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n".to_vec()
+                                } else {
+                                    b.empty_reply()
+                                });
+                                c.blocked = false;
+                                self.handle.admission().count_clients(0, -1);
+                            }
+                            // Probing: its answer decides.
+                            None => c.unblock = Some(error),
+                        }
+                        true
+                    }
+                };
+                if let Some((i, _)) = self.conns.iter().enumerate().find(|(_, c)| {
+                    c.as_ref()
+                        .is_some_and(|c| matches!(&c.codec, Codec::Redis(r) if r.id() == id))
+                }) {
+                    if done {
+                        self.wake.push(i);
+                    }
+                }
+                if quiet {
+                    Vec::new()
+                } else {
+                    format!(":{}\r\n", u8::from(done)).into_bytes()
+                }
+            }
         }
     }
 
@@ -771,6 +902,11 @@ impl Conn {
                     self.push(r);
                     self.closing = true;
                 }
+                Item::Ask(ask) => {
+                    let seq = self.first + self.slots.len() as u64;
+                    self.slots.push_back(Slot::Asked);
+                    self.asks.push((seq, ask));
+                }
                 Item::Store(op, render) => {
                     let seq = self.first + self.slots.len() as u64;
                     self.slots.push_back(Slot::Waiting(render));
@@ -855,7 +991,14 @@ impl Conn {
                     Ok(Response::Reply(Reply::NilArray | Reply::Nil) | Response::Int(0))
                 );
                 if nothing {
-                    if b.timed_out(Instant::now()) {
+                    if let Some(error) = self.unblock.take() {
+                        *slot = Slot::Ready(if error {
+                            b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n".to_vec()
+                        } else {
+                            b.empty_reply()
+                        });
+                        self.blocked = false;
+                    } else if b.timed_out(Instant::now()) {
                         *slot = Slot::Ready(b.empty_reply());
                         self.blocked = false;
                     } else {
