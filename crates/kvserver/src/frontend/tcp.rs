@@ -238,7 +238,7 @@ pub(super) struct Parsed {
 
 /// A protocol's parser state for one connection.
 pub(super) enum Codec {
-    Redis(resp_fe::Conn),
+    Redis(Box<resp_fe::Conn>),
     Memcache(memcache_fe::Conn),
 }
 
@@ -484,12 +484,12 @@ impl Loop {
             let codec = match proto {
                 Protocol::Redis => {
                     let local = stream.local_addr().map(|a| a.to_string());
-                    Codec::Redis(resp_fe::Conn::new(
+                    Codec::Redis(Box::new(resp_fe::Conn::new(
                         self.conn_ids,
                         peer.to_string(),
                         local.unwrap_or_default(),
                         self.limits,
-                    ))
+                    )))
                 }
                 Protocol::Memcache => Codec::Memcache(memcache_fe::Conn::new(self.limits)),
             };
