@@ -884,6 +884,11 @@ fn transactions_multi_exec_discard() {
             vec![b"GET", k.as_bytes()],
             vec![b"MULTI"],
             vec![b"EXEC"],
+            vec![b"MULTI"],
+            vec![b"SET", k.as_bytes(), b"never"],
+            vec![b"SAVE"],
+            vec![b"EXEC"],
+            vec![b"GET", k.as_bytes()],
         ];
         let mut req = Vec::new();
         for a in &cmds {
@@ -901,7 +906,11 @@ fn transactions_multi_exec_discard() {
              -ERR wrong number of arguments for 'get' command\r\n\
              -EXECABORT Transaction discarded because of previous errors.\r\n\
              $2\r\nab\r\n\
-             +OK\r\n*0\r\n";
+             +OK\r\n*0\r\n\
+             +OK\r\n+QUEUED\r\n\
+             -ERR Command not allowed inside a transaction\r\n\
+             -EXECABORT Transaction discarded because of previous errors.\r\n\
+             $2\r\nab\r\n";
         assert_eq!(String::from_utf8_lossy(&out), want, "at node {id}");
     }
     // redis-py's default pipeline is a transaction.

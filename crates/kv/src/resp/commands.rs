@@ -325,7 +325,14 @@ const COMMANDS: &[(&str, i32)] = &[
     ("unlink", -2),
     ("unwatch", 1),
     ("watch", -2),
+    ("save", 1),
+    ("shutdown", -1),
 ];
+
+/// Commands a transaction may not queue (Redis's `no-multi` flag): queueing one answers
+/// `Command not allowed inside a transaction` and makes `EXEC` abort. (`MULTI` and `WATCH`
+/// are refused inside one with their own messages.)
+pub const NO_MULTI: &[&str] = &["save", "shutdown"];
 
 /// Subcommands of the container commands, with their arity (counting the command and the
 /// subcommand).
@@ -668,6 +675,10 @@ fn command_found(
             args[0] = cmd.as_bytes().to_vec();
             Action::Store(Op::Cmd { args, seed }, Render::Reply)
         }
+        // Each replica snapshots on its own schedule (and on `POST /snapshot`); stopping one
+        // is its process manager's job, not a client's.
+        "save" => reply("SAVE is not supported: each replica takes its snapshots itself (POST /snapshot on its admin port asks for one)"),
+        "shutdown" => reply("SHUTDOWN is not supported: stop the replica's process"),
         "multi" => Action::Tx(TxCmd::Multi),
         "exec" => Action::Tx(TxCmd::Exec),
         "discard" => Action::Tx(TxCmd::Discard),

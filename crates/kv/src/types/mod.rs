@@ -27,6 +27,7 @@ mod hash;
 mod keys;
 mod list;
 mod set;
+mod sort;
 mod strings;
 mod zset;
 
@@ -531,6 +532,7 @@ pub fn specs() -> impl Iterator<Item = &'static Spec> {
     [
         keys::SPECS,
         strings::SPECS,
+        sort::SPECS,
         hash::SPECS,
         set::SPECS,
         list::SPECS,

@@ -220,9 +220,11 @@ fn smove(t: &mut Txn<'_>, a: &[Bytes], _: u64) -> Reply {
     }
     let mut dst = dst;
     src.srem(&a[3]);
-    dst.sadd(a[3].clone());
     t.put(&a[1], src);
-    t.put(&a[2], dst);
+    // A member the destination holds already leaves it untouched (a WATCH on it holds).
+    if dst.sadd(a[3].clone()) {
+        t.put(&a[2], dst);
+    }
     Reply::Int(1)
 }
 

@@ -435,11 +435,21 @@ impl Conn {
     fn queue(&mut self, args: &[Vec<u8>], handle: &Handle) -> Item {
         let proto = self.session.proto;
         let m = self.multi.as_mut().expect("inside MULTI");
-        if let Err(e) = resp::lookup(args) {
-            // Not queueable (unknown, or a wrong number of arguments): EXEC will refuse.
-            handle.client_error();
-            m.dirty = true;
-            return Item::Reply(e);
+        match resp::lookup(args) {
+            Err(e) => {
+                // Not queueable (unknown, or a wrong number of arguments): EXEC will refuse.
+                handle.client_error();
+                m.dirty = true;
+                return Item::Reply(e);
+            }
+            Ok((name, _))
+                if resp::NO_MULTI.contains(&name) && !matches!(name, "multi" | "watch") =>
+            {
+                handle.client_error();
+                m.dirty = true;
+                return Item::Reply(b"-ERR Command not allowed inside a transaction\r\n".to_vec());
+            }
+            Ok(_) => {}
         }
         let action = resp::command_proto(args, proto);
         let queued = b"+QUEUED\r\n".to_vec();
