@@ -37,6 +37,8 @@ pub struct Checker {
     acked_at: HashMap<Index, Vec<(u64, Term, u64)>>,
     /// The highest index of an acknowledged write: a read started now must reflect it.
     max_acked_index: Index,
+    /// Replica state agreement: the key-value store's digest after each applied write entry.
+    states: HashMap<Index, u64>,
     /// Every violation seen, in order.
     pub violations: Vec<String>,
 }
@@ -45,6 +47,25 @@ impl Checker {
     fn violate(&mut self, now: u64, what: String) {
         if self.violations.len() < 32 {
             self.violations.push(format!("t={now}us: {what}"));
+        }
+    }
+
+    /// A node's key-value store has digest `digest` after applying the entry at `index`:
+    /// every replica must reach the same state at the same index (the store, its seeded
+    /// random picks and its snapshots are deterministic).
+    pub fn on_state(&mut self, now: u64, node: NodeId, index: Index, digest: u64) {
+        match self.states.get(&index) {
+            Some(&d) if d != digest => self.violate(
+                now,
+                format!(
+                    "state agreement: node {node} has digest {digest:016x} after index {index}, \
+                     another replica had {d:016x}"
+                ),
+            ),
+            Some(_) => {}
+            None => {
+                self.states.insert(index, digest);
+            }
         }
     }
 

@@ -23,6 +23,7 @@ use waverunner_host::requests::{Cx, Effect, Outcome, Requests};
 use waverunner_host::snapshots::Compaction;
 use waverunner_host::status::Protocol;
 use waverunner_host::ticks::Replay;
+use waverunner_kv::{KvStore, Op as KvOp};
 
 /// One simulated millisecond: the Raft tick.
 pub const TICK_US: u64 = 1_000;
@@ -221,42 +222,94 @@ impl Disk {
 }
 
 /// The replicated state machine of the simulation: the set of writes applied, with a
-/// fingerprint of the applied sequence.
+/// fingerprint of the applied sequence; and the key-value store the service ships, fed one
+/// command per write ([`typed_op`]: every collection type, the commands that pick at random
+/// included), whose digest after each write the checker compares across replicas.
 #[derive(Clone, Debug, Default)]
 struct Sm {
     applied: Index,
     hash: u64,
     writes: BTreeSet<u64>,
+    kv: KvStore,
+}
+
+/// The store command write `w` applies: hashes, lists, sets and sorted sets over a few keys,
+/// with seeded random picks (`SPOP`, `SRANDMEMBER`, `ZRANDMEMBER`, `HRANDFIELD`), moves
+/// between keys and stores across them.
+fn typed_op(w: u64) -> KvOp {
+    let k = |t: &str, i: u64| format!("{t}{}", i % 3).into_bytes();
+    let m = format!("m{}", (w / 16) % 32).into_bytes();
+    let n = ((w / 3) % 9).to_string().into_bytes();
+    let b = |s: &str| s.as_bytes().to_vec();
+    // Adds outnumber removals, so sets and lists grow and a random pick matters.
+    let args: Vec<Vec<u8>> = match w % 16 {
+        0 => vec![b("hincrby"), k("h", w / 16), m, n],
+        1 => vec![b("hset"), k("h", w / 16), m, n],
+        2..=4 => vec![b("sadd"), k("s", w / 16), m],
+        5 => vec![b("spop"), k("s", w / 16)],
+        6 => vec![
+            b("sinterstore"),
+            k("s", w / 16 + 1),
+            k("s", w / 16),
+            k("s", w / 16 + 2),
+        ],
+        7 | 8 => vec![b("rpush"), k("l", w / 16), m],
+        9 => vec![
+            b("lmove"),
+            k("l", w / 16),
+            k("l", w / 16 + 1),
+            b("left"),
+            b("right"),
+        ],
+        10 => vec![b("lpop"), k("l", w / 16)],
+        11 | 12 => vec![b("zadd"), k("z", w / 16), n, m],
+        13 => vec![b("zpopmin"), k("z", w / 16)],
+        14 => vec![b("zrandmember"), k("z", w / 16), b("-2"), b("withscores")],
+        _ => vec![b("hrandfield"), k("h", w / 16), n, b("withvalues")],
+    };
+    KvOp::Cmd {
+        args,
+        seed: w.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    }
 }
 
 impl Sm {
-    fn apply(&mut self, e: &Entry) {
+    /// Applies `e`; the store's digest if it applied a write.
+    fn apply(&mut self, e: &Entry) -> Option<u64> {
         assert_eq!(e.index, self.applied + 1, "state machine applies in order");
         self.applied = e.index;
         self.hash = self.hash.rotate_left(5) ^ entry_hash(e.kind, &e.data);
-        if let Some(w) = write_id(&e.data) {
-            self.writes.insert(w);
-        }
+        let w = write_id(&e.data)?;
+        self.writes.insert(w);
+        // The entry's index is its time too: deterministic, and increasing.
+        self.kv.apply(e.index, e.index, &typed_op(w));
+        Some(self.kv.digest())
     }
     fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(16 + 8 * self.writes.len());
+        let kv = self.kv.snapshot();
+        let mut v = Vec::with_capacity(24 + 8 * self.writes.len() + kv.len());
         v.extend_from_slice(&self.applied.to_le_bytes());
         v.extend_from_slice(&self.hash.to_le_bytes());
+        v.extend_from_slice(&(self.writes.len() as u64).to_le_bytes());
         for w in &self.writes {
             v.extend_from_slice(&w.to_le_bytes());
         }
+        v.extend_from_slice(&kv);
         v
     }
     fn decode(b: &[u8]) -> Sm {
-        assert!(
-            b.len() >= 16 && b.len().is_multiple_of(8),
-            "snapshot data is malformed"
-        );
+        assert!(b.len() >= 24, "snapshot data is malformed");
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        let n = word(2) as usize;
+        let kv_at = 24 + 8 * n;
+        assert!(b.len() >= kv_at, "snapshot data is malformed");
+        let kv = KvStore::restore(&b[kv_at..]).expect("the store's snapshot restores");
+        kv.check_invariants();
         Sm {
             applied: word(0),
             hash: word(1),
-            writes: (2..b.len() / 8).map(word).collect(),
+            writes: (3..3 + n).map(word).collect(),
+            kv,
         }
     }
 }
@@ -1017,7 +1070,7 @@ impl World {
             // A snapshot when the host's policy says so (taken at once: the simulated state
             // is small); the disk keeps the newest, the core a trailing window.
             let at = n.sm.applied;
-            let state_bytes = 16 + 8 * n.sm.writes.len() as u64;
+            let state_bytes = 24 + 8 * n.sm.writes.len() as u64 + n.sm.kv.used_memory();
             if at > n.compaction.base(raft) && n.compaction.due(raft, at, state_bytes) {
                 if let Some(meta) = raft.snapshot_meta(at) {
                     n.compaction.started();
@@ -1899,7 +1952,9 @@ impl ReadyIo for SimIo<'_> {
             }
             self.checker
                 .on_decided(now, id, e.index, e.term, entry_hash(e.kind, &e.data));
-            n.sm.apply(e);
+            if let Some(digest) = n.sm.apply(e) {
+                self.checker.on_state(now, id, e.index, digest);
+            }
             n.compaction.applied(e.data.len() as u64);
             // The change this replica proposed as leader is answered: committed only if this
             // entry is that change.

@@ -93,3 +93,19 @@ fn a_read_index_below_an_acknowledged_write_is_a_stale_read() {
     assert_eq!(c.violations.len(), 1);
     assert!(c.violations[0].contains("stale read"));
 }
+
+#[test]
+fn replicas_with_different_states_at_one_index_violate_state_agreement() {
+    let mut c = Checker::default();
+    c.on_state(1, 1, 5, 0xabc);
+    c.on_state(2, 2, 5, 0xabc);
+    c.on_state(3, 3, 6, 0x123);
+    assert!(c.violations.is_empty());
+    c.on_state(4, 2, 6, 0x124);
+    assert_eq!(c.violations.len(), 1);
+    assert!(
+        c.violations[0].contains("state agreement"),
+        "{:?}",
+        c.violations
+    );
+}
