@@ -10,7 +10,10 @@
 //! over. After every step it checks election safety, log matching, leader completeness,
 //! state-machine safety, monotonic commit and that no acknowledged write is lost under the
 //! durability mode's promise, that every read reflects the writes acknowledged before it
-//! began, and that a membership change answered as committed is the entry at its index; after
+//! began, that a membership change answered as committed is the entry at its index, and that
+//! every replica reaches the same state of the shipped key-value store at the same index (each
+//! write also applies a command on a hash, list, set or sorted set there, random picks
+//! included, and its snapshot travels in the simulated snapshots); after
 //! the faults heal it checks liveness: a leader, a new write
 //! applied on every replica, and (with a data plane) acceleration enabled again.
 //!
