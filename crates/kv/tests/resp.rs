@@ -649,6 +649,15 @@ fn del_exists_type() {
         )
     );
     assert_eq!(out(Render::Int, Response::Int(2)), ":2\r\n");
+    assert_eq!(
+        store("TOUCH a b a"),
+        (
+            Op::Exists {
+                keys: vec![k("a"), k("b"), k("a")]
+            },
+            Render::Int
+        )
+    );
     assert_eq!(out(Render::Int, Response::Int(0)), ":0\r\n");
     assert_eq!(
         store("TYPE a"),

@@ -279,6 +279,7 @@ const COMMANDS: &[(&str, i32)] = &[
     ("copy", -3),
     ("exec", 1),
     ("exists", -2),
+    ("touch", -2),
     ("expire", -3),
     ("expireat", -3),
     ("expiretime", 2),
@@ -755,7 +756,9 @@ fn command_found(
             },
             Render::Int,
         ),
-        "exists" => Action::Store(
+        // TOUCH refreshes an access time Redis keeps for eviction; none is kept here, so it
+        // only counts the keys that exist, as Redis answers.
+        "exists" | "touch" => Action::Store(
             Op::Exists {
                 keys: args[1..].to_vec(),
             },
