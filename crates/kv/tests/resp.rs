@@ -934,8 +934,32 @@ fn scan_cursor_tokens_round_trip() {
 #[test]
 fn command_command() {
     assert_eq!(reply("COMMAND"), "*0\r\n");
-    assert_eq!(reply("COMMAND DOCS"), "*0\r\n");
-    assert_eq!(reply("command docs get set"), "*0\r\n");
+    let doc = |name: &str, group: &str| {
+        format!(
+            "${}\r\n{name}\r\n*6\r\n$7\r\nsummary\r\n$0\r\n\r\n$5\r\nsince\r\n$0\r\n\r\n\
+             $5\r\ngroup\r\n${}\r\n{group}\r\n",
+            name.len(),
+            group.len()
+        )
+    };
+    assert_eq!(
+        reply("command docs get hset zadd ping setbit"),
+        format!(
+            "*10\r\n{}{}{}{}{}",
+            doc("get", "string"),
+            doc("ping", "connection"),
+            doc("setbit", "bitmap"),
+            doc("hset", "hash"),
+            doc("zadd", "sorted-set")
+        )
+    );
+    assert!(reply("COMMAND DOCS").starts_with(&format!(
+        "*{}\r\n",
+        2 * {
+            let c = reply("COMMAND COUNT");
+            c[1..c.len() - 2].parse::<usize>().unwrap()
+        }
+    )));
     let count = reply("COMMAND COUNT");
     assert!(count.starts_with(':') && count.ends_with("\r\n"), "{count}");
     let n: usize = count[1..count.len() - 2].parse().unwrap();

@@ -443,6 +443,24 @@ fn all_commands() -> impl Iterator<Item = (&'static str, i32)> {
         .chain(crate::types::specs().map(|s| (s.name, s.arity)))
 }
 
+/// The group Redis's `COMMAND DOCS` puts a command in.
+fn command_group(name: &str) -> &'static str {
+    if let Some((g, _)) = crate::types::grouped().find(|(_, s)| s.name == name) {
+        return g;
+    }
+    match name {
+        "ping" | "echo" | "hello" | "client" | "select" | "quit" => "connection",
+        "info" | "config" | "command" | "dbsize" | "flushall" | "flushdb" | "time" | "save"
+        | "shutdown" => "server",
+        "multi" | "exec" | "discard" | "watch" | "unwatch" => "transactions",
+        "setbit" | "getbit" => "bitmap",
+        "del" | "unlink" | "exists" | "touch" | "expire" | "pexpire" | "expireat" | "pexpireat"
+        | "expiretime" | "pexpiretime" | "ttl" | "pttl" | "persist" | "keys" | "scan"
+        | "rename" | "renamenx" | "copy" | "randomkey" => "generic",
+        _ => "string",
+    }
+}
+
 /// `readonly` or `write` for a command that goes to the store, as the store classes the
 /// operation it becomes (tried with placeholder arguments); `None` for one answered without
 /// the store, or whose placeholder arguments it refuses.
@@ -956,8 +974,28 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
             Action::Reply(out)
         }
         ("command", "docs") => {
+            // Per command asked (all without a name): Redis's three mandatory fields, of which
+            // this server keeps the `group`; `summary` and `since` are empty (no text is kept,
+            // none is made up), and the optional ones are absent.
+            let asked: Vec<(&'static str, &'static str)> = all_commands()
+                .map(|(n, _)| (n, command_group(n)))
+                .filter(|(n, _)| {
+                    args.len() == 2
+                        || args[2..]
+                            .iter()
+                            .any(|a| a.eq_ignore_ascii_case(n.as_bytes()))
+                })
+                .collect();
             let mut out = Vec::new();
-            map(&mut out, 0, proto);
+            map(&mut out, asked.len(), proto);
+            for (name, group) in asked {
+                bulk(&mut out, name.as_bytes());
+                map(&mut out, 3, proto);
+                for (k, v) in [("summary", ""), ("since", ""), ("group", group)] {
+                    bulk(&mut out, k.as_bytes());
+                    bulk(&mut out, v.as_bytes());
+                }
+            }
             Action::Reply(out)
         }
         ("command", "info") => {

@@ -529,17 +529,27 @@ const fn random(s: Spec) -> Spec {
 
 /// Every command of this module.
 pub fn specs() -> impl Iterator<Item = &'static Spec> {
+    grouped().map(|(_, s)| s)
+}
+
+/// Every command of this module with its group as Redis's `COMMAND DOCS` names it.
+pub fn grouped() -> impl Iterator<Item = (&'static str, &'static Spec)> {
     [
-        keys::SPECS,
-        strings::SPECS,
-        sort::SPECS,
-        hash::SPECS,
-        set::SPECS,
-        list::SPECS,
-        zset::SPECS,
+        ("generic", keys::SPECS),
+        ("string", strings::SPECS),
+        ("generic", sort::SPECS),
+        ("hash", hash::SPECS),
+        ("set", set::SPECS),
+        ("list", list::SPECS),
+        ("sorted-set", zset::SPECS),
     ]
     .into_iter()
-    .flatten()
+    .flat_map(|(g, specs)| specs.iter().map(move |s| (g, s)))
+    .map(|(g, s)| match s.name {
+        "memory" | "object" => ("server", s),
+        n if n.starts_with("bit") => ("bitmap", s),
+        _ => (g, s),
+    })
 }
 
 /// The command named `name` (any case).
