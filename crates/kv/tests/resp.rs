@@ -1205,7 +1205,11 @@ fn resp3_after_hello_3_as_redis_7_answers() {
         reply("CONFIG GET databases"),
         "*2\r\n$9\r\ndatabases\r\n$1\r\n1\r\n"
     );
-    assert_eq!(r3("COMMAND DOCS"), "%0\r\n");
+    assert_eq!(
+        r3("COMMAND DOCS ping"),
+        "%1\r\n$4\r\nping\r\n%3\r\n$7\r\nsummary\r\n$0\r\n\r\n$5\r\nsince\r\n$0\r\n\r\n\
+         $5\r\ngroup\r\n$10\r\nconnection\r\n"
+    );
     assert_eq!(r3("COMMAND INFO nope"), "*1\r\n_\r\n");
     assert_eq!(reply("COMMAND INFO nope"), "*1\r\n*-1\r\n");
     // INFO: a verbatim string of format txt.
