@@ -968,15 +968,24 @@ fn command_command() {
     assert!(list.contains("$3\r\nget\r\n"));
     assert!(list.contains("$4\r\nhset\r\n") && list.contains("$4\r\nzadd\r\n"));
     assert!(n > 150, "{n}");
-    // Name, arity, flags as the store classes the command, no key positions, empty lists.
-    let tail = ":0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
+    // Name, arity, flags as the store classes the command, key positions, empty lists.
+    let tail =
+        |f: i64, l: i64, st: i64| format!(":{f}\r\n:{l}\r\n:{st}\r\n*0\r\n*0\r\n*0\r\n*0\r\n");
     assert_eq!(
-        reply("COMMAND INFO get SET nosuch hget ping"),
+        reply("COMMAND INFO get SET nosuch hget ping mset blpop"),
         format!(
-            "*5\r\n*10\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n{tail}\
-             *10\r\n$3\r\nset\r\n:-3\r\n*1\r\n+write\r\n{tail}*-1\r\n\
-             *10\r\n$4\r\nhget\r\n:3\r\n*1\r\n+readonly\r\n{tail}\
-             *10\r\n$4\r\nping\r\n:-1\r\n*0\r\n{tail}"
+            "*7\r\n*10\r\n$3\r\nget\r\n:2\r\n*1\r\n+readonly\r\n{}\
+             *10\r\n$3\r\nset\r\n:-3\r\n*1\r\n+write\r\n{}*-1\r\n\
+             *10\r\n$4\r\nhget\r\n:3\r\n*1\r\n+readonly\r\n{}\
+             *10\r\n$4\r\nping\r\n:-1\r\n*0\r\n{}\
+             *10\r\n$4\r\nmset\r\n:-3\r\n*1\r\n+write\r\n{}\
+             *10\r\n$5\r\nblpop\r\n:-3\r\n*1\r\n+write\r\n{}",
+            tail(1, 1, 1),
+            tail(1, 1, 1),
+            tail(1, 1, 1),
+            tail(0, 0, 0),
+            tail(1, -1, 2),
+            tail(1, -2, 1)
         )
     );
     assert!(reply("COMMAND INFO").starts_with(&format!("*{n}\r\n")));

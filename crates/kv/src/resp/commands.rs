@@ -443,6 +443,29 @@ fn all_commands() -> impl Iterator<Item = (&'static str, i32)> {
         .chain(crate::types::specs().map(|s| (s.name, s.arity)))
 }
 
+/// Where a command's keys are, as `COMMAND INFO`'s first key, last key and step give them
+/// (a negative last counts from the end; 0, 0, 0: no keys, or keys found through a `numkeys`
+/// argument, Redis's "movable keys", for which the destination of a `*STORE` is still given).
+fn key_positions(name: &str, arity: i32) -> (i64, i64, i64) {
+    match name {
+        "ping" | "echo" | "info" | "config" | "command" | "dbsize" | "flushall" | "flushdb"
+        | "time" | "save" | "shutdown" | "multi" | "exec" | "discard" | "unwatch" | "hello"
+        | "client" | "select" | "quit" | "keys" | "scan" | "randomkey" | "memory" | "lmpop"
+        | "blmpop" | "zmpop" | "bzmpop" | "zunion" | "zinter" | "zdiff" | "zintercard"
+        | "sintercard" => (0, 0, 0),
+        "mget" | "del" | "exists" | "unlink" | "touch" | "watch" | "sinter" | "sunion"
+        | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore" => (1, -1, 1),
+        "mset" | "msetnx" => (1, -1, 2),
+        "rename" | "renamenx" | "copy" | "smove" | "lmove" | "blmove" | "rpoplpush"
+        | "brpoplpush" | "lcs" | "zrangestore" => (1, 2, 1),
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => (1, -2, 1),
+        "bitop" => (2, -1, 1),
+        "object" => (2, 2, 1),
+        _ if arity.unsigned_abs() >= 2 => (1, 1, 1),
+        _ => (0, 0, 0),
+    }
+}
+
 /// The group Redis's `COMMAND DOCS` puts a command in.
 fn command_group(name: &str) -> &'static str {
     if let Some((g, _)) = crate::types::grouped().find(|(_, s)| s.name == name) {
@@ -1001,8 +1024,9 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
         ("command", "info") => {
             // Per name asked: Redis 7's ten fields (name, arity, flags, first key, last key,
             // step, ACL categories, tips, key specs, subcommands), the flags `readonly` or
-            // `write` as the store sees the command; key positions are not kept here (0:
-            // none given). A name not known: a nil.
+            // `write` as the store sees the command, the key positions as Redis gives them
+            // (see `key_positions`); no ACL categories, tips or key specs. A name not known:
+            // a nil.
             let names: Vec<&'static str> = if args.len() == 2 {
                 all_commands().map(|(n, _)| n).collect()
             } else {
@@ -1032,8 +1056,9 @@ fn container(cmd: &str, sub: &str, args: &[Vec<u8>], proto: Proto) -> Action {
                     }
                     None => set_header(&mut out, 0, proto),
                 }
-                for _ in 0..3 {
-                    int(&mut out, 0);
+                let (first, last, step) = key_positions(name, arity);
+                for n in [first, last, step] {
+                    int(&mut out, n);
                 }
                 for _ in 0..4 {
                     array(&mut out, 0);
