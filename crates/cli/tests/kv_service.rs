@@ -1223,7 +1223,9 @@ print("ok")
 /// Blocking pops block: `BLPOP` on a follower wakes when another client pushes on the leader,
 /// with the element; a timeout answers nil after it; a command pipelined behind a blocked
 /// `BLPOP` waits for it; `BZPOPMIN` and `BLMOVE` too; and a `BLPOP` waiting on a follower
-/// is woken by a push made after the leader was killed and another elected.
+/// is woken by a push made after the leader was killed and another elected, while a
+/// transaction watching a key across that leader change aborts when the new leader changed
+/// it, and applies when watched again.
 #[test]
 fn blocking_pops_wait_for_a_push_across_a_leader_change() {
     let mut c = cluster3(Opts::default());
@@ -1285,6 +1287,27 @@ print("ok")
     let stays = *c.ids().iter().find(|&&i| i != leader).expect("a follower");
     let sa = c.redis_addr(stays);
     let blocked = std::thread::spawn(move || redis(sa, &["BLPOP", "failover", "20"]));
+    // A transaction across the leader change too: a key watched before it, changed through
+    // the new leader after it, aborts the EXEC; watched again, it applies.
+    use std::io::{Read, Write};
+    let mut tx = connect(sa, Duration::from_secs(20));
+    let mut expect = |tx: &mut std::net::TcpStream, args: &[&[u8]], want: &[u8]| {
+        tx.write_all(&resp_cmd(args)).expect("write");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while got.len() < want.len() {
+            let n = tx.read(&mut buf).expect("read");
+            assert!(n > 0, "connection closed after {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(want),
+            "{args:?}"
+        );
+    };
+    expect(&mut tx, &[b"SET", b"txk", b"1"], b"+OK\r\n");
+    expect(&mut tx, &[b"WATCH", b"txk"], b"+OK\r\n");
     std::thread::sleep(Duration::from_millis(500));
     c.kill(leader, libc::SIGKILL);
     let new_leader = c.wait_leader(WAIT);
@@ -1293,6 +1316,14 @@ print("ok")
     assert_eq!(pushed, "(integer) 1");
     let got = blocked.join().expect("the blocked client");
     assert_eq!(got, "1) \"failover\"\n2) \"after\"");
+    assert_eq!(redis(c.redis_addr(new_leader), &["SET", "txk", "2"]), "OK");
+    expect(&mut tx, &[b"MULTI"], b"+OK\r\n");
+    expect(&mut tx, &[b"INCR", b"txk"], b"+QUEUED\r\n");
+    expect(&mut tx, &[b"EXEC"], b"*-1\r\n");
+    expect(&mut tx, &[b"WATCH", b"txk"], b"+OK\r\n");
+    expect(&mut tx, &[b"MULTI"], b"+OK\r\n");
+    expect(&mut tx, &[b"INCR", b"txk"], b"+QUEUED\r\n");
+    expect(&mut tx, &[b"EXEC"], b"*1\r\n:3\r\n");
 }
 
 /// `CLIENT LIST` (every connection of the replica, with its name and last command),
