@@ -1291,7 +1291,7 @@ print("ok")
     // the new leader after it, aborts the EXEC; watched again, it applies.
     use std::io::{Read, Write};
     let mut tx = connect(sa, Duration::from_secs(20));
-    let mut expect = |tx: &mut std::net::TcpStream, args: &[&[u8]], want: &[u8]| {
+    let expect = |tx: &mut std::net::TcpStream, args: &[&[u8]], want: &[u8]| {
         tx.write_all(&resp_cmd(args)).expect("write");
         let mut got = Vec::new();
         let mut buf = [0u8; 256];
