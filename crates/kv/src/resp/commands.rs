@@ -52,7 +52,7 @@ pub fn lookup(args: &[Vec<u8>]) -> Result<(&'static str, Option<&'static str>), 
     let Some((cmd, arity)) = found else {
         return Err(unknown_command(args));
     };
-    if !arity_ok(arity, args.len()) {
+    if !crate::types::arity_ok(arity, args.len()) {
         return Err(error(&wrong_arity(cmd)));
     }
     if !matches!(cmd, "client" | "command" | "config") || args.len() < 2 {
@@ -68,7 +68,7 @@ pub fn lookup(args: &[Vec<u8>]) -> Result<(&'static str, Option<&'static str>), 
         msg.extend_from_slice(format!("'. Try {} HELP.", cmd.to_ascii_uppercase()).as_bytes());
         return Err(error_bytes(b"ERR", &msg));
     };
-    if !arity_ok(arity, args.len()) {
+    if !crate::types::arity_ok(arity, args.len()) {
         return Err(error(&wrong_arity(&format!("{cmd}|{sub}"))));
     }
     Ok((cmd, Some(sub)))
@@ -515,15 +515,6 @@ fn random_seed() -> u64 {
     std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish()
-}
-
-fn arity_ok(arity: i32, argc: usize) -> bool {
-    let argc = i64::try_from(argc).unwrap_or(i64::MAX);
-    if arity >= 0 {
-        argc == i64::from(arity)
-    } else {
-        argc >= -i64::from(arity)
-    }
 }
 
 /// Translates a request's arguments (from [`parse_command`]) into what to do. Command names

@@ -79,13 +79,6 @@ impl Type {
         }
     }
 
-    /// The type `SCAN … TYPE` names (case-insensitive).
-    pub fn from_name(name: &[u8]) -> Option<Type> {
-        [Type::String, Type::Hash, Type::List, Type::Set, Type::ZSet]
-            .into_iter()
-            .find(|t| t.name().as_bytes().eq_ignore_ascii_case(name))
-    }
-
     /// The tag in snapshots.
     pub(crate) fn tag(self) -> u8 {
         match self {
@@ -553,21 +546,41 @@ pub fn grouped() -> impl Iterator<Item = (&'static str, &'static Spec)> {
 }
 
 /// The command named `name` (any case).
+///
+/// Asked per operation (routing, encoding, decoding, applying): a hash lookup, built once,
+/// on the name as the front-end writes it (lower case), then on its lower case.
 pub fn spec(name: &[u8]) -> Option<&'static Spec> {
-    specs().find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+    static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static [u8], &'static Spec>> =
+        std::sync::OnceLock::new();
+    let by_name = BY_NAME.get_or_init(|| specs().map(|s| (s.name.as_bytes(), s)).collect());
+    by_name
+        .get(name)
+        .or_else(|| by_name.get(name.to_ascii_lowercase().as_slice()))
+        .copied()
+}
+
+/// The command `args` names, with its arity checked (the front-end checked it already; a
+/// log entry is checked again as it is applied).
+fn checked(args: &[Bytes]) -> Result<&'static Spec, Reply> {
+    let s = args
+        .first()
+        .and_then(|n| spec(n))
+        .ok_or_else(|| err("ERR unknown command"))?;
+    if !arity_ok(s.arity, args.len()) {
+        return Err(Reply::Error(format!(
+            "ERR wrong number of arguments for '{}' command",
+            s.name
+        )));
+    }
+    Ok(s)
 }
 
 /// Applies a command (through the log) at `index`.
 pub(crate) fn apply(store: &mut KvStore, index: u64, args: &[Bytes], seed: u64) -> Reply {
-    let Some(s) = args.first().and_then(|n| spec(n)) else {
-        return Reply::Error("ERR unknown command".into());
+    let s = match checked(args) {
+        Ok(s) => s,
+        Err(e) => return e,
     };
-    if !arity_ok(s.arity, args.len()) {
-        return Reply::Error(format!(
-            "ERR wrong number of arguments for '{}' command",
-            s.name
-        ));
-    }
     match s.exec {
         Exec::Read(f) => {
             let now = store.now_ms();
@@ -579,15 +592,10 @@ pub(crate) fn apply(store: &mut KvStore, index: u64, args: &[Bytes], seed: u64) 
 
 /// Answers a read-only command at `now`; a write is refused.
 pub(crate) fn read(store: &KvStore, now: u64, args: &[Bytes], seed: u64) -> Reply {
-    let Some(s) = args.first().and_then(|n| spec(n)) else {
-        return Reply::Error("ERR unknown command".into());
+    let s = match checked(args) {
+        Ok(s) => s,
+        Err(e) => return e,
     };
-    if !arity_ok(s.arity, args.len()) {
-        return Reply::Error(format!(
-            "ERR wrong number of arguments for '{}' command",
-            s.name
-        ));
-    }
     match s.exec {
         Exec::Read(f) => f(&View { store, now }, args, seed),
         Exec::Write(_) => Reply::Error(format!("ERR {}", crate::store::ERR_NOT_READ_ONLY)),
@@ -881,6 +889,25 @@ pub(crate) fn after(cursor: &[u8]) -> std::ops::Bound<&[u8]> {
 /// random element of an ordered collection in O(log n), as `RANDOMKEY` does for keys.
 pub(crate) fn probe(min: &[u8], max: &[u8], rng: &mut Rng) -> Bytes {
     crate::store::random_between(min, max, rng.next())
+}
+
+/// A random-pick count (`SRANDMEMBER`, `HRANDFIELD`), refused where Redis refuses it.
+pub(crate) fn pick_count(count: Option<i64>) -> Result<Option<i64>, Reply> {
+    match count {
+        Some(n) if !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n) => {
+            Err(err("ERR value is out of range"))
+        }
+        c => Ok(c),
+    }
+}
+
+/// A random pick's answer for a missing key: nil without a count, an empty array with one.
+pub(crate) fn no_pick(count: Option<i64>) -> Reply {
+    if count.is_some() {
+        Reply::Array(Vec::new())
+    } else {
+        Reply::Nil
+    }
 }
 
 /// Up to this many elements, a random pick is uniform: it walks to a drawn position (O(len),

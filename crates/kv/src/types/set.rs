@@ -158,18 +158,13 @@ fn srandmember(v: &View<'_>, a: &[Bytes], seed: u64) -> Reply {
         Ok(c) => c,
         Err(e) => return e,
     };
-    if count.is_some_and(|n| !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n)) {
-        return err("ERR value is out of range");
-    }
+    let count = match pick_count(count) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     let s = match v.get(&a[1], Type::Set) {
         Err(e) => return e,
-        Ok(None) => {
-            return if count.is_some() {
-                Reply::Array(Vec::new())
-            } else {
-                Reply::Nil
-            }
-        }
+        Ok(None) => return no_pick(count),
         Ok(Some(c)) => c.as_set(),
     };
     let mut rng = Rng::new(seed);
