@@ -1662,12 +1662,15 @@ impl Raft {
         let Some(next) = self.conf_state().apply(cc) else {
             return Err(ProposeError::InvalidConfChange);
         };
+        // A change that keeps the voters (a learner added or removed) cannot take away a
+        // quorum the group still has: it is never refused for lagging voters.
+        let voters_change = next.voters != self.conf_state().voters;
         let able = next
             .voters
             .iter()
             .filter(|&&v| v == self.cfg.id || self.can_vote_now(v))
             .count();
-        if able < next.voters.len() / 2 + 1 {
+        if voters_change && able < next.voters.len() / 2 + 1 {
             return Err(ProposeError::WouldLoseQuorum);
         }
         let index = self.append_leader_entry(EntryKind::ConfChange, cc.encode());

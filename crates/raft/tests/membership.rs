@@ -255,6 +255,29 @@ fn a_change_that_would_leave_no_voting_majority_is_refused() {
 }
 
 #[test]
+fn a_learner_is_added_while_a_voter_cannot_vote_yet() {
+    // Voters {1, 2}; 2 restarts without its log. A majority needs 2, which is recovering:
+    // adding a learner keeps the voters, so it is proposed (and commits once 2 is back).
+    let mut net = Net::new(&[1, 2]);
+    net.elect(1);
+    net.propose(1, b"a");
+    net.restart(2, true);
+    net.propose(1, b"b");
+    net.tick(1);
+    assert_eq!(net.r(2).role(), Role::Recovering);
+    assert_eq!(
+        net.rm(1).propose_conf_change(ConfChange::AddVoter(3)),
+        Err(ProposeError::WouldLoseQuorum),
+        "{{1, 2, 3}} would have 1 able voter of the 2 it needs"
+    );
+    assert!(net
+        .rm(1)
+        .propose_conf_change(ConfChange::AddLearner(3))
+        .is_ok());
+    assert_eq!(net.r(1).conf_state().learners, vec![3]);
+}
+
+#[test]
 fn a_voter_holding_its_own_uncommitted_removal_campaigns_when_nobody_else_can_win() {
     // Voters 1..4, 1 leads; only 4 hears of its own removal, then 1 loses its log (memory
     // durability). 2 and 3 still count in {1, 2, 3, 4} and need a third vote: 1 is recovering
