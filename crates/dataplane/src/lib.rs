@@ -207,7 +207,20 @@ pub trait DataPlane: Send {
     /// Runs a fast-path packet (a whole UDP payload: header + payload) through the handler as
     /// if it had arrived from this replica's own fast-path address: the leader pushes requests
     /// of its other front-ends, idle heartbeats, and (fsync) its own deferred acks this way.
+    /// Records it produces may not wake anybody: see [`DataPlane::drain_due`].
     fn push(&mut self, pkt: &[u8]) -> io::Result<()>;
+
+    /// The caller must [`DataPlane::drain`] soon: records of its pushes (and any produced
+    /// meanwhile) are on the ring without having woken the reader (`xdp`: the loop reads
+    /// them itself after its pushes instead of being woken for them).
+    fn drain_due(&self) -> bool {
+        false
+    }
+
+    /// Whether the host needs ring records as soon as they appear (a leader; a follower with
+    /// requests waiting, or acknowledging after fsync) or may take them in batches a little
+    /// later (`xdp`: at most `xdp::RING_NAP`). When turned on, the host drains afterwards.
+    fn want_wakeups(&self, _urgent: bool) {}
 
     /// Sends a UDP payload from the fast-path port to `to`, bypassing the handler (host
     /// replies, retransmissions, deferred acks, forwards).
@@ -251,6 +264,12 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     }
     fn push(&mut self, pkt: &[u8]) -> io::Result<()> {
         (**self).push(pkt)
+    }
+    fn drain_due(&self) -> bool {
+        (**self).drain_due()
+    }
+    fn want_wakeups(&self, urgent: bool) {
+        (**self).want_wakeups(urgent)
     }
     fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
         (**self).send_to(pkt, to)

@@ -128,6 +128,11 @@ pub struct XdpProgram {
     /// The reader is in (or about to enter) its sleep in [`XdpProgram::consume_or_wait`]: a
     /// [`XdpProgram::drain`] that consumes meanwhile sets its flag again (see there).
     reader_asleep: AtomicBool,
+    /// [`XdpProgram::hold_wakeups`] was called and no [`XdpProgram::drain`] followed yet.
+    held: AtomicBool,
+    /// The host wants every record at once ([`XdpProgram::want_wakeups`]); else the reader,
+    /// while records keep coming, looks every [`RING_NAP`] instead of being woken per record.
+    urgent: AtomicBool,
 }
 
 // SAFETY: `bss` points to the memory-mapped `.bss` of the loaded object, valid as long as
@@ -190,6 +195,8 @@ impl XdpProgram {
             ring: Mutex::new(RingState { ring }),
             wakeups,
             reader_asleep: AtomicBool::new(false),
+            held: AtomicBool::new(false),
+            urgent: AtomicBool::new(true),
             queue,
             ring_epoll,
         };
@@ -415,6 +422,50 @@ impl XdpProgram {
         self.consume(max)
     }
 
+    /// The caller drains the ring itself ([`XdpProgram::drain`]) after what it runs next: until
+    /// then, records do not wake the sleeping reader. The replica loop says so before it pushes
+    /// (`XdpDataPlane::push`): the program runs in its own syscall, often with the followers'
+    /// acks processed in the same softirq, so the entry and its commit are on the ring when the
+    /// push returns, and waking the `xdp-ring` thread for them (a self-interrupt, a thread
+    /// switch and an event to the loop) would only tell the loop what it is about to read.
+    pub fn hold_wakeups(&self) {
+        self.held.store(true, Ordering::SeqCst);
+        self.set_ring_waiting(false);
+    }
+
+    /// Whether the host needs each record as soon as it is on the ring (a leader answers
+    /// clients from commit records; a follower with requests waiting on its applied index, or
+    /// acknowledging after fsync), or may read them in batches up to [`RING_NAP`] late (a
+    /// follower nobody waits on: its entries are acknowledged by the program). Turning it on
+    /// arms the reader's wake-up at once; the caller then drains what is already there.
+    pub fn want_wakeups(&self, urgent: bool) {
+        if self.urgent.swap(urgent, Ordering::SeqCst) != urgent && urgent {
+            self.set_ring_waiting(true);
+        }
+    }
+
+    /// See [`XdpProgram::want_wakeups`].
+    pub fn wakeups_wanted(&self) -> bool {
+        self.urgent.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps on the ring for at most `t` without asking to be woken: only a wake record
+    /// rung for another reason (the host turned [`XdpProgram::want_wakeups`] on) cuts it short.
+    pub fn nap(&self, t: Duration) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: the epoll fd lives as long as `self`; one event buffer.
+        let r = unsafe { libc::epoll_wait(self.ring_epoll, &mut ev, 1, ms) };
+        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            std::thread::sleep(t);
+        }
+    }
+
+    /// Whether [`XdpProgram::hold_wakeups`] was called since the last drain.
+    pub fn wakeups_held(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+    }
+
     /// Moves every record on the ring (and in the queue) to `out`, in ring order.
     ///
     /// If the reader sleeps meanwhile, a record this takes may have come with the wake record
@@ -424,6 +475,7 @@ impl XdpProgram {
     /// and the ring looked at once more, as the reader does before it sleeps.
     pub fn drain(&self, out: &mut Vec<RingRecord>) {
         let st = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        self.held.store(false, Ordering::SeqCst);
         let _ = st.ring.consume_raw();
         if self.reader_asleep.load(Ordering::SeqCst) {
             self.set_ring_waiting(true);
@@ -869,15 +921,26 @@ impl XdpDataPlane {
     }
 }
 
-/// Moves ring records into the queue and wakes the replica loop.
+/// Moves ring records into the queue and wakes the replica loop. While the host does not
+/// want every record at once ([`XdpProgram::want_wakeups`]) and records keep coming, it naps
+/// [`RING_NAP`] between looks instead of asking to be woken: one wake-up of the loop per nap
+/// for the records of many appends. When a look finds nothing it sleeps until woken, as ever.
 fn ring_thread(prog: &XdpProgram, stop: &AtomicBool, wake: &(dyn Fn() + Send + Sync)) {
+    let mut napping = false;
     while !stop.load(Ordering::Relaxed) {
         let room = QUEUE_CAPACITY.saturating_sub(prog.queued());
         if room == 0 {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        if prog.consume_or_wait(room, RING_WAIT) > 0 {
+        let n = if napping && !prog.wakeups_wanted() {
+            prog.nap(RING_NAP);
+            prog.consume(room)
+        } else {
+            prog.consume_or_wait(room, RING_WAIT)
+        };
+        napping = n > 0;
+        if n > 0 {
             wake();
         }
     }
@@ -885,6 +948,10 @@ fn ring_thread(prog: &XdpProgram, stop: &AtomicBool, wake: &(dyn Fn() + Send + S
 
 /// How long the ring thread sleeps at most (it then looks at its stop flag).
 const RING_WAIT: Duration = Duration::from_millis(50);
+
+/// How long the ring thread naps between looks while records keep coming and the host does
+/// not want each at once: a follower nobody waits on applies up to this much later.
+pub const RING_NAP: Duration = Duration::from_millis(1);
 
 impl Drop for XdpDataPlane {
     fn drop(&mut self) {
@@ -926,7 +993,16 @@ impl DataPlane for XdpDataPlane {
             self.self_addr,
             pkt,
         );
+        self.prog.hold_wakeups();
         self.prog.run_live(&frame, self.ifindex)
+    }
+
+    fn drain_due(&self) -> bool {
+        self.prog.wakeups_held()
+    }
+
+    fn want_wakeups(&self, urgent: bool) {
+        self.prog.want_wakeups(urgent)
     }
 
     fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()> {

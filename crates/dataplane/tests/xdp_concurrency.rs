@@ -245,9 +245,11 @@ fn xdp_follower_on_every_cpu() {
 /// Ring wake-ups lose nothing: a producer on each CPU in turn rings one record at a time
 /// while the reader sleeps on the ring between records (`XdpProgram::consume_or_wait`, as the
 /// ring thread). Every other record the producer drains itself at once, as the replica loop
-/// does after it pushes a request (taking the wake record meant for the reader too); the next
-/// record must still wake the reader. A missed wake-up leaves the reader asleep until its
-/// timeout (2 s), which fails the test; and the reader is woken at most once per record.
+/// does after it pushes a request: a third of those after holding wake-ups first
+/// (`hold_wakeups`, as `XdpDataPlane::push` does), the others not (its drain then takes the
+/// wake record meant for the reader). The next record must still wake the reader. A missed
+/// wake-up leaves the reader asleep until its timeout (2 s), which fails the test; the reader
+/// is woken at most once per record, and never for a record rung with wake-ups held.
 #[test]
 fn xdp_ring_wakeups_are_never_missed() {
     if !root_or_skip("xdp_ring_wakeups_are_never_missed") {
@@ -257,6 +259,7 @@ fn xdp_ring_wakeups_are_never_missed() {
     let prog = load(b"ok");
     prog.write_registers(&leader_regs());
     let by_reader = std::sync::atomic::AtomicU64::new(0);
+    let held = std::sync::atomic::AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let start = Instant::now();
     let (slow, by_producer) = std::thread::scope(|s| {
@@ -288,10 +291,16 @@ fn xdp_ring_wakeups_are_never_missed() {
                 h.len = 8;
                 let mut pkt = Vec::new();
                 h.encode(&[1u8; 8], &mut pkt);
+                let hold = i % 6 == 0;
+                if hold {
+                    prog.hold_wakeups();
+                    held.fetch_add(1, Ordering::SeqCst);
+                }
                 let run = prog.test_run(&frame_from_peer(&pkt)).expect("test run");
                 assert_eq!(run.verdict, XDP_TX, "round {i}");
                 if i % 2 == 0 {
                     prog.drain(&mut mine);
+                    assert!(!prog.wakeups_held(), "a drain ends the hold");
                 }
                 let t = Instant::now();
                 while by_reader.load(Ordering::SeqCst) + (entry_indices(&mine).len() as u64) < i + 1
@@ -321,8 +330,62 @@ fn xdp_ring_wakeups_are_never_missed() {
         slow.is_empty(),
         "the reader overslept after records {slow:?}"
     );
+    let held = held.load(Ordering::SeqCst);
+    assert!(held > 0);
     assert!(
-        prog.ring_wakeups() <= rounds,
-        "at most one wake record per record"
+        prog.ring_wakeups() <= rounds - held,
+        "at most one wake record per record rung without a hold, none for the {held} held"
     );
+}
+
+/// A follower nobody waits on lets its ring reader nap between looks
+/// (`XdpProgram::want_wakeups(false)`); turning wake-ups on again arms the reader's flag at
+/// once, so the next record wakes a reader in the middle of its nap instead of letting it
+/// sleep it out.
+#[test]
+fn turning_wakeups_on_cuts_the_readers_nap_short() {
+    if !root_or_skip("turning_wakeups_on_cuts_the_readers_nap_short") {
+        return;
+    }
+    let prog = load(b"ok");
+    prog.write_registers(&leader_regs());
+    assert!(
+        prog.wakeups_wanted(),
+        "wanted until the host says otherwise"
+    );
+    prog.want_wakeups(false);
+    prog.set_ring_waiting(false);
+    assert!(!prog.wakeups_wanted());
+    let woke_after = std::thread::scope(|s| {
+        let napper = s.spawn(|| {
+            let t = Instant::now();
+            prog.nap(Duration::from_secs(3));
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        prog.want_wakeups(true);
+        assert!(prog.ring_waiting(), "turning wake-ups on arms the flag");
+        let mut h = Header::of(MsgType::ClientRequest);
+        h.group_id = 7;
+        h.from = 9;
+        h.seq = 1;
+        h.len = 8;
+        let mut pkt = Vec::new();
+        h.encode(&[1u8; 8], &mut pkt);
+        let run = prog.test_run(&frame_from_peer(&pkt)).expect("test run");
+        assert_eq!(run.verdict, XDP_TX);
+        napper.join().expect("napper")
+    });
+    assert!(
+        woke_after < Duration::from_secs(2),
+        "the nap was not cut short by the record: {woke_after:?}"
+    );
+    let mut recs = Vec::new();
+    prog.drain(&mut recs);
+    assert_eq!(entry_indices(&recs).len(), 1);
+    assert_eq!(prog.ring_wakeups(), 1, "one wake record");
+    // Turning it on when it is on already does not arm anything.
+    prog.set_ring_waiting(false);
+    prog.want_wakeups(true);
+    assert!(!prog.ring_waiting());
 }

@@ -122,6 +122,8 @@ pub struct DataPlaneHost<P: DataPlane> {
     commits: BTreeMap<u64, bool>,
     /// Leader: entries other replicas forwarded, not yet committed (bounded by the ring).
     remote_pending: BTreeSet<u64>,
+    /// What this host last told the data plane with [`DataPlane::want_wakeups`].
+    urgent: bool,
 }
 
 /// A `DisableReason` as status shows it (snake case).
@@ -190,6 +192,26 @@ impl<P: DataPlane> DataPlaneHost<P> {
             reorder: BTreeMap::new(),
             commits: BTreeMap::new(),
             remote_pending: BTreeSet::new(),
+            urgent: true,
+        }
+    }
+
+    /// Tells the data plane whether this replica needs its ring records at once: a leader
+    /// (it answers clients from commit records), with fsync durability (the host
+    /// acknowledges), while appends wait in the reorder buffer, or while `waiting` (requests
+    /// wait on this replica's applied index). Otherwise a follower's records may come in
+    /// batches a little later (`DataPlane::want_wakeups`). When it turns on, what is already
+    /// on the ring is consumed now.
+    pub fn want_wakeups(&mut self, raft: &mut Raft, waiting: bool, now: Time) {
+        let urgent =
+            raft.role() == Role::Leader || self.defer_acks || waiting || !self.held.is_empty();
+        if urgent == self.urgent {
+            return;
+        }
+        self.urgent = urgent;
+        self.plane.want_wakeups(urgent);
+        if urgent {
+            self.consume_ring(raft, now);
         }
     }
 
@@ -386,9 +408,13 @@ impl<P: DataPlane> DataPlaneHost<P> {
             self.release_held(raft, now);
             self.held_timeout(raft, now);
         }
-        if matches!(raft.dataplane_state(), DataPlaneState::On { .. }) {
+        if let DataPlaneState::On { term } = raft.dataplane_state() {
+            // Registers of an earlier term's enable tell nothing about this one: the core is
+            // On from the step that decided to enable until the ready batch carrying the
+            // command is handled, and a look in between found the last halt's registers
+            // (seen: a leader re-elected every 110 ms, each new enable "halted" at once).
             let r = self.plane.registers();
-            if r.enabled == 0 && r.halt_reason != 0 {
+            if r.enabled == 0 && r.halt_reason != 0 && r.term == term {
                 raft.dataplane_halted(halt_reason(r.halt_reason));
             }
         }

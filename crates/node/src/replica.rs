@@ -1150,7 +1150,24 @@ impl<S: StateMachine> Replica<S> {
         let t = Instant::now();
         self.poll_restore()?;
         stall(self.cfg.id, t, || "polling a restore".into());
-        while self.raft.has_ready() {
+        loop {
+            // Between ready batches only (a batch may carry a data-plane command the ring's
+            // state depends on): whether records must wake this loop at once, and the records
+            // of this loop's own pushes, which woke nobody (`DataPlane::drain_due`): often the
+            // entry with its commit.
+            if !self.raft.has_ready() {
+                let now = self.now();
+                let waiting = !self.requests.is_empty();
+                if let Some(d) = self.dp.as_mut() {
+                    d.want_wakeups(&mut self.raft, waiting, now);
+                }
+            }
+            if !self.raft.has_ready() && self.dp.as_ref().is_some_and(|d| d.plane.drain_due()) {
+                self.on_ring();
+            }
+            if !self.raft.has_ready() {
+                break;
+            }
             let t = Instant::now();
             let rd = self.raft.ready();
             let n = rd.committed_entries.len();
