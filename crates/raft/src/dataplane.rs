@@ -53,7 +53,8 @@ pub(crate) struct DataPlane {
     pub(crate) enabled_term: Term,
     /// Leader: ticks since the last ring append (idle heartbeat).
     pub(crate) since_append: u32,
-    /// Leader check-quorum while On: ticks in the window, commit at its start, pushes in it.
+    /// Leader check-quorum while On: ticks in the window, commit at its start, pushes handed
+    /// out (`Ready::dataplane_proposals`) in it.
     pub(crate) window_elapsed: u32,
     pub(crate) window_commit: Index,
     pub(crate) window_pushed: u64,
@@ -242,7 +243,6 @@ impl Raft {
                 // Keep followers' election timers quiet: an empty request through the data plane.
                 self.dp.proposals.push(Vec::new());
                 self.dp.since_append = 0;
-                self.dp.window_pushed += 1;
                 self.counters.dataplane_heartbeats += 1;
             }
             self.dp.window_elapsed += 1;

@@ -1731,7 +1731,6 @@ impl Raft {
         match self.dp.state {
             DataPlaneState::On { .. } => {
                 self.dp.proposals.push(data);
-                self.dp.window_pushed += 1;
                 return Ok(Proposal::ViaDataPlane);
             }
             DataPlaneState::Disabling { .. } | DataPlaneState::Enabling { .. } => {
@@ -1928,6 +1927,10 @@ impl Raft {
         let hard_state = (hard != self.prev_hard).then_some(hard);
         self.prev_soft = soft;
         self.prev_hard = hard;
+        // Check-quorum while On counts pushes once handed out, not when queued: ticks that a
+        // starved loop replays queue heartbeats nobody has sent yet, and a window that closed
+        // on those found "pushed, nothing committed" and stepped a healthy leader down.
+        self.dp.window_pushed += self.dp.proposals.len() as u64;
         Ready {
             soft_state,
             hard_state,

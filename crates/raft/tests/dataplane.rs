@@ -479,6 +479,37 @@ fn leader_check_quorum_while_on_disables_then_steps_down() {
     assert_eq!(net.r(1).dataplane_state(), DataPlaneState::Off);
 }
 
+/// A leader whose loop was starved replays the ticks it missed before it hands anything out
+/// (`waverunner_host::ticks`): the heartbeats those ticks queue were never sent, so a window
+/// that closes in the replay with nothing committed is not "stuck". Once they are pushed and
+/// commit, it leads on.
+#[test]
+fn a_starved_leader_replaying_ticks_does_not_step_down_for_pushes_never_sent() {
+    let mut net = enabled();
+    let window = 10; // election_tick of `enabled()`
+    for _ in 0..3 * window {
+        net.rm(1).tick();
+    }
+    assert!(
+        matches!(net.r(1).dataplane_state(), DataPlaneState::On { .. }),
+        "{:?}",
+        net.r(1).dataplane_state()
+    );
+    assert_eq!(net.r(1).counters().check_quorum_step_downs, 0);
+    net.stabilize();
+    net.dp_push(1);
+    for _ in 0..2 * window {
+        net.tick_only(&[1, 2, 3], 1);
+        net.dp_push(1);
+    }
+    assert_eq!(net.r(1).role(), Role::Leader);
+    assert!(matches!(
+        net.r(1).dataplane_state(),
+        DataPlaneState::On { .. }
+    ));
+    assert_eq!(net.r(1).counters().check_quorum_step_downs, 0);
+}
+
 #[test]
 fn term_change_while_on_disables_before_the_term_moves() {
     let mut net = enabled();
