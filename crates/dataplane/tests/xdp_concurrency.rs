@@ -111,6 +111,18 @@ fn leader_regs() -> Registers {
     regs
 }
 
+/// An 8-byte client request of client 9 with sequence number `seq`.
+fn client_request(seq: u64) -> Vec<u8> {
+    let mut h = Header::of(MsgType::ClientRequest);
+    h.group_id = 7;
+    h.from = 9;
+    h.seq = seq;
+    h.len = 8;
+    let mut pkt = Vec::new();
+    h.encode(&[1u8; 8], &mut pkt);
+    pkt
+}
+
 #[test]
 fn xdp_leader_on_every_cpu() {
     if !root_or_skip("xdp_leader_on_every_cpu") {
@@ -284,13 +296,7 @@ fn xdp_ring_wakeups_are_never_missed() {
                     break;
                 }
                 pin_to(i as usize % cpus());
-                let mut h = Header::of(MsgType::ClientRequest);
-                h.group_id = 7;
-                h.from = 9;
-                h.seq = i + 1;
-                h.len = 8;
-                let mut pkt = Vec::new();
-                h.encode(&[1u8; 8], &mut pkt);
+                let pkt = client_request(i + 1);
                 let hold = i % 6 == 0;
                 if hold {
                     prog.hold_wakeups();
@@ -365,14 +371,9 @@ fn turning_wakeups_on_cuts_the_readers_nap_short() {
         std::thread::sleep(Duration::from_millis(100));
         prog.want_wakeups(true);
         assert!(prog.ring_waiting(), "turning wake-ups on arms the flag");
-        let mut h = Header::of(MsgType::ClientRequest);
-        h.group_id = 7;
-        h.from = 9;
-        h.seq = 1;
-        h.len = 8;
-        let mut pkt = Vec::new();
-        h.encode(&[1u8; 8], &mut pkt);
-        let run = prog.test_run(&frame_from_peer(&pkt)).expect("test run");
+        let run = prog
+            .test_run(&frame_from_peer(&client_request(1)))
+            .expect("test run");
         assert_eq!(run.verdict, XDP_TX);
         napper.join().expect("napper")
     });
