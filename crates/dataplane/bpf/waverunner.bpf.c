@@ -328,7 +328,7 @@ __attribute__((noinline)) int wr_handle(struct wr_scratch *sc)
 
 /* Everything after the filter, with the in-flight counter held. */
 static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
-				      struct wr_counters *cnt, struct wr_scratch *sc)
+				      struct wr_counters *cnt, struct wr_scratch *sc, int pulled)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -366,6 +366,15 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	src_ip = dst.ip;
 	src_port = dst.port;
 	from_self = src_ip == self_ip && src_port == fp_port;
+	/*
+	 * The host's own packets come only through pulls. One from our own address otherwise
+	 * is a test run's recycled frame that lost its pull metadata, or forged: never the
+	 * host's, and taking it would order an entry twice.
+	 */
+	if (from_self && !pulled) {
+		cnt->dropped++;
+		return XDP_DROP;
+	}
 
 	/*
 	 * An append from slightly ahead: the leader's handler runs on several CPUs, so its
@@ -529,6 +538,41 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	return verdict;
 }
 
+/*
+ * A host pull (wr_maps.h "push_q"): 1 if this frame is one and now holds the next pushed
+ * frame, 0 if it is not one, -1 if it is one with nothing left to take. Only the host's
+ * test runs carry metadata with the magic: frames from the wire have none. A page the test
+ * run recycles keeps its metadata bytes (only the frame is rewritten), so every repetition
+ * is recognised, whatever the previous one left in the frame.
+ */
+static __always_inline int wr_pull(struct xdp_md *ctx)
+{
+	void *meta = (void *)(long)ctx->data_meta;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct wr_push_slot *slot;
+	__u32 i;
+	__u64 len;
+
+	if (meta + sizeof(__u64) > data)
+		return 0;
+	if (*(__u64 *)meta != WR_PULL_MAGIC)
+		return 0;
+	i = __sync_fetch_and_add(&push_next, 1);
+	if (i >= push_count || i >= WR_PUSH_SLOTS)
+		return -1;
+	slot = &push_q[i];
+	len = slot->len;
+	WR_BARRIER_VAR(len);
+	if (len < WR_PAYLOAD_OFF || len > WR_PUSH_FRAME_MAX)
+		return -1;
+	if (bpf_xdp_adjust_tail(ctx, (int)len - (int)(data_end - data)))
+		return -1;
+	if (bpf_xdp_store_bytes(ctx, 0, slot->frame, len))
+		return -1;
+	return 1;
+}
+
 SEC("xdp")
 int waverunner_xdp(struct xdp_md *ctx)
 {
@@ -536,8 +580,11 @@ int waverunner_xdp(struct xdp_md *ctx)
 	struct wr_scratch *sc;
 	struct wr_pkt pk;
 	__u32 cpu;
-	int rc, verdict;
+	int rc, verdict, pulled;
 
+	pulled = wr_pull(ctx);
+	if (pulled < 0)
+		return XDP_DROP;
 	rc = wr_parse(ctx, fp_port, &pk);
 	if (rc == WR_NOT_OURS)
 		return XDP_PASS;
@@ -551,7 +598,7 @@ int waverunner_xdp(struct xdp_md *ctx)
 	}
 	cpu = bpf_get_smp_processor_id() & (WR_MAX_CPUS - 1);
 	__sync_fetch_and_add(&inflight[cpu], 1);
-	verdict = wr_process(ctx, &pk, cnt, sc);
+	verdict = wr_process(ctx, &pk, cnt, sc, pulled);
 	__sync_fetch_and_sub(&inflight[cpu], 1);
 	return verdict;
 }

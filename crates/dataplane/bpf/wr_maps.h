@@ -34,6 +34,29 @@ __u32 reorder_window;              /* follower: appends up to this far ahead go 
 __u32 ring_waiting;                /* 1: the ring's reader sleeps and wants a wake record (wr_ring.h) */
 __u8 blind_reply_body[WR_BODY_MAX];
 
+/*
+ * The host's pushes, a batch per syscall (docs/dataplane.md "Pushing a batch"): user space
+ * writes up to WR_PUSH_SLOTS whole frames here, sets push_count and push_next = 0, and runs
+ * the program once with BPF_F_TEST_XDP_LIVE_FRAMES and `repeat` = the count on a pull frame
+ * (metadata WR_PULL_MAGIC). Each repetition takes the next slot and becomes that frame.
+ */
+#define WR_PUSH_SLOTS 64
+#define WR_PUSH_FRAME_MAX 1536
+#define WR_PULL_MAGIC 0x4c4c5550525777ULL /* "wwRPULL", little-endian */
+
+_Static_assert(42 + FP_HDR_LEN + FP_MAX_PAYLOAD <= WR_PUSH_FRAME_MAX,
+	       "a pushed frame carries a whole fast-path packet");
+
+struct wr_push_slot {
+	__u32 len; /* frame bytes */
+	__u32 reserved;
+	__u8 frame[WR_PUSH_FRAME_MAX];
+};
+
+struct wr_push_slot push_q[WR_PUSH_SLOTS];
+__u32 push_count; /* slots filled for the pull in progress */
+__u32 push_next;  /* the next slot a repetition takes (atomic) */
+
 /* ---- maps ---------------------------------------------------------------- */
 
 /* The lock the handler runs under (bpf_spin_lock must live in a map value). */

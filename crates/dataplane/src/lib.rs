@@ -210,6 +210,12 @@ pub trait DataPlane: Send {
     /// Records it produces may not wake anybody: see [`DataPlane::drain_due`].
     fn push(&mut self, pkt: &[u8]) -> io::Result<()>;
 
+    /// Pushes several packets, in order, as [`DataPlane::push`] does each (`xdp`: one syscall
+    /// per 64 of them, `xdp::PUSH_SLOTS`).
+    fn push_batch(&mut self, pkts: &[&[u8]]) -> io::Result<()> {
+        pkts.iter().try_for_each(|p| self.push(p))
+    }
+
     /// The caller must [`DataPlane::drain`] soon: records of its pushes (and any produced
     /// meanwhile) are on the ring without having woken the reader (`xdp`: the loop reads
     /// them itself after its pushes instead of being woken for them).
@@ -264,6 +270,9 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     }
     fn push(&mut self, pkt: &[u8]) -> io::Result<()> {
         (**self).push(pkt)
+    }
+    fn push_batch(&mut self, pkts: &[&[u8]]) -> io::Result<()> {
+        (**self).push_batch(pkts)
     }
     fn drain_due(&self) -> bool {
         (**self).drain_due()

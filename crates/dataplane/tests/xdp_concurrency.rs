@@ -390,3 +390,29 @@ fn turning_wakeups_on_cuts_the_readers_nap_short() {
     prog.want_wakeups(true);
     assert!(!prog.ring_waiting());
 }
+
+/// The host's own packets reach the program only through pulls (`XdpProgram::run_live_batch`):
+/// a frame from the program's own address that is not one (a test run's recycled frame that
+/// lost its pull metadata, or a forged one) is dropped, never ordered.
+#[test]
+fn a_frame_from_our_own_address_that_is_not_a_pull_is_dropped() {
+    if !root_or_skip("a_frame_from_our_own_address_that_is_not_a_pull_is_dropped") {
+        return;
+    }
+    let prog = load(b"ok");
+    prog.write_registers(&leader_regs());
+    let me = std::net::SocketAddrV4::new(SELF_IP, PORT);
+    let frame =
+        waverunner_dataplane::xdp::udp_frame(SELF_MAC, me, SELF_MAC, me, &client_request(1));
+    let before = prog.read_registers();
+    let run = prog.test_run(&frame).expect("test run");
+    assert_eq!(run.verdict, XDP_DROP);
+    assert_eq!(prog.read_registers(), before, "nothing ordered");
+    let from_peer = prog
+        .test_run(&frame_from_peer(&client_request(1)))
+        .expect("test run");
+    assert_eq!(
+        from_peer.verdict, XDP_TX,
+        "the same request from a client is taken"
+    );
+}

@@ -25,6 +25,8 @@ const CLIENT: &str = "wrx-c";
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 78, 0, 1);
 const PORT: u16 = 7100;
 const REQUESTS: u64 = 20;
+/// Requests the leader's host pushes itself: one, then a batch of more than one pull's slots.
+const PUSHED: u64 = 1 + waverunner_dataplane::xdp::PUSH_SLOTS as u64 + 5;
 const BODY: &[u8] = b"+OK";
 
 fn node_ip(i: usize) -> Ipv4Addr {
@@ -279,21 +281,38 @@ fn xdp_three_replicas_in_namespaces() {
         unreachable!()
     };
 
-    // The leader's host pushes a request of its own (not a client's: no data-plane reply).
-    let pushed = request(1, 1, 0, b"SET h v");
+    // The leader's host pushes requests of its own (not a client's: no data-plane reply):
+    // one alone, then a batch larger than one pull carries (two syscalls), in order.
+    let pushed: Vec<Vec<u8>> = (1..=PUSHED)
+        .map(|k| request(1, k, 0, format!("SET h{k} v").as_bytes()))
+        .collect();
     {
         let leader_dp = &mut reps[0].dp;
-        in_netns(NODES[0], move || leader_dp.push(&pushed)).expect("push");
+        let (first, rest) = pushed.split_at(1);
+        in_netns(NODES[0], move || {
+            leader_dp.push(&first[0])?;
+            let refs: Vec<&[u8]> = rest.iter().map(|p| &p[..]).collect();
+            leader_dp.push_batch(&refs)
+        })
+        .expect("push");
     }
-    let last = 5 + REQUESTS + 1;
+    let last = 5 + REQUESTS + PUSHED;
 
     // Rings: every replica holds entries 6..=last; commits as each saw them.
     let mut recs: Vec<Vec<RingRecord>> = vec![Vec::new(), Vec::new(), Vec::new()];
     for (i, r) in reps.iter_mut().enumerate() {
-        let want_commit = if i == 0 { last } else { last - 1 };
+        // A follower learns the commit index from the next append: the appends of one pull
+        // leave together and carry the commit of when the pull began, so a follower's last
+        // commit is somewhere after the client requests and before the last push.
         drain_until(r, &mut recs[i], |a| {
             entries(a).len() as u64 == last - 5
-                && commits(a).last().is_some_and(|c| c.0 == want_commit)
+                && commits(a).last().is_some_and(|c| {
+                    if i == 0 {
+                        c.0 == last
+                    } else {
+                        c.0 > 5 + REQUESTS
+                    }
+                })
         });
     }
     let now = waverunner_dataplane::wall_ms();
@@ -316,24 +335,43 @@ fn xdp_three_replicas_in_namespaces() {
             );
             // Followers hold the leader's stamped payload.
             assert_eq!(e.payload, entries(&recs[0])[(e.index - 6) as usize].payload);
-            if i == 0 && e.index < last {
+            if i == 0 && e.index <= 5 + REQUESTS {
                 assert_eq!(e.source, Some(client_addr), "leader: the client's address");
                 assert_eq!(e.flags, F_BLIND_WRITE);
                 assert_eq!(e.from, 500);
             } else {
                 assert_eq!(e.source, None, "no source: follower or pushed");
             }
+            if e.index > 5 + REQUESTS {
+                let k = e.index - 5 - REQUESTS;
+                assert!(
+                    e.payload.ends_with(format!("SET h{k} v").as_bytes()),
+                    "replica {}: entry {} is push {k}, in order",
+                    i + 1,
+                    e.index
+                );
+            }
         }
         let cs = commits(rs);
         if i == 0 {
-            let want: Vec<(u64, bool)> = (6..=last).map(|c| (c, c < last)).collect();
+            let want: Vec<(u64, bool)> = (6..=last).map(|c| (c, c <= 5 + REQUESTS)).collect();
             assert_eq!(
                 cs, want,
-                "leader commits: replied by XDP except the pushed one"
+                "leader commits: replied by XDP except the pushed ones"
             );
         } else {
-            let want: Vec<(u64, bool)> = (6..last).map(|c| (c, false)).collect();
-            assert_eq!(cs, want, "replica {}: commits from the appends", i + 1);
+            let first: Vec<(u64, bool)> = (6..=5 + REQUESTS).map(|c| (c, false)).collect();
+            assert_eq!(
+                cs[..first.len()],
+                first[..],
+                "replica {}: commits from the appends, one per client request",
+                i + 1
+            );
+            assert!(
+                cs.windows(2).all(|w| w[0].0 < w[1].0) && cs.iter().all(|c| !c.1 && c.0 < last),
+                "replica {}: commits rise, below the last push: {cs:?}",
+                i + 1
+            );
         }
         assert!(reps[i].wakes.load(Ordering::Relaxed) > 0, "wake called");
     }
@@ -374,7 +412,7 @@ fn xdp_three_replicas_in_namespaces() {
         assert_eq!(regs.halt_reason, 0);
         assert_eq!(regs.last_index, last, "replica {}: last_index", i + 1);
         assert_eq!(regs.last_term, 2);
-        let want_commit = if i == 0 { last } else { last - 1 };
+        let want_commit = commits(&recs[i]).last().expect("a commit").0;
         assert_eq!(regs.commit_index, want_commit, "replica {}: commit", i + 1);
         if i == 0 {
             assert_eq!(&regs.match_index[..3], &[last, last, last], "match indexes");

@@ -150,9 +150,8 @@ pub fn handle_ready<I: ReadyIo>(mut rd: Ready, io: &mut I, now: Time) -> Result<
     let proposals = std::mem::take(&mut rd.dataplane_proposals);
     match dp {
         Some(d) => {
-            for p in proposals {
-                d.push_proposal(&p);
-            }
+            let refs: Vec<&[u8]> = proposals.iter().map(|p| &p[..]).collect();
+            d.push_proposals(&refs);
         }
         None if !proposals.is_empty() => {
             return Err("data-plane proposals without a data plane".into());
