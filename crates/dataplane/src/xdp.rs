@@ -141,6 +141,8 @@ pub struct XdpProgram {
     reader_asleep: AtomicBool,
     /// [`XdpProgram::hold_wakeups`] was called and no [`XdpProgram::drain`] followed yet.
     held: AtomicBool,
+    /// Held through a pull ([`XdpProgram::run_live_batch`]): the push slots have one writer.
+    pulling: Mutex<()>,
     /// The host wants every record at once ([`XdpProgram::want_wakeups`]); else the reader,
     /// while records keep coming, looks every [`RING_NAP`] instead of being woken per record.
     urgent: AtomicBool,
@@ -207,6 +209,7 @@ impl XdpProgram {
             wakeups,
             reader_asleep: AtomicBool::new(false),
             held: AtomicBool::new(false),
+            pulling: Mutex::new(()),
             urgent: AtomicBool::new(true),
             queue,
             ring_epoll,
@@ -339,11 +342,14 @@ impl XdpProgram {
     /// run repeats a pull frame `frames.len()` times, each repetition becoming the next frame
     /// (`bpf/wr_maps.h` "push_q"). A live test run sets up and tears down a page pool per
     /// syscall: with one syscall per frame that was a fifth of the leader thread's time at
-    /// pipeline 16. At most [`PUSH_SLOTS`] frames of [`PUSH_FRAME_MAX`] bytes.
+    /// pipeline 16. At most [`PUSH_SLOTS`] frames of [`PUSH_FRAME_MAX`] bytes: as many as the
+    /// kernel's default batch of a live test run (64), so every repetition gets a page freshly
+    /// initialised with the pull frame, none a recycled one.
     pub fn run_live_batch(&self, frames: &[Vec<u8>], ifindex: u32) -> io::Result<()> {
         if frames.is_empty() {
             return Ok(());
         }
+        let _one_pull = self.pulling.lock().unwrap_or_else(|e| e.into_inner());
         if frames.len() > PUSH_SLOTS || frames.iter().any(|f| f.len() > PUSH_FRAME_MAX) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
