@@ -1072,6 +1072,9 @@ impl DataPlane for XdpDataPlane {
     }
 
     fn push_batch(&mut self, pkts: &[&[u8]]) -> io::Result<()> {
+        if pkts.is_empty() {
+            return Ok(());
+        }
         self.prog.hold_wakeups();
         for chunk in pkts.chunks(PUSH_SLOTS) {
             let frames: Vec<Vec<u8>> = chunk

@@ -712,6 +712,9 @@ impl<P: DataPlane> DataPlaneHost<P> {
     /// The leader pushes proposals (an empty one is an idle heartbeat) through its data
     /// plane, in order, together (`DataPlane::push_batch`: one syscall for a batch with XDP).
     pub fn push_proposals(&mut self, payloads: &[&[u8]]) {
+        if payloads.is_empty() {
+            return;
+        }
         let pkts: Vec<Vec<u8>> = payloads
             .iter()
             .map(|payload| {
