@@ -405,33 +405,6 @@ impl XdpProgram {
         Ok(())
     }
 
-    /// Runs the program once on `frame` as if it had arrived on interface `ifindex`, with
-    /// `BPF_F_TEST_XDP_LIVE_FRAMES`: `XDP_TX` sends it out of that interface, `XDP_PASS` hands
-    /// it to that interface's network stack. `ifindex` is looked up in the network namespace
-    /// of the calling thread.
-    pub fn run_live(&self, frame: &[u8], ifindex: u32) -> io::Result<()> {
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
-        // egress_ifindex.
-        let md: [u32; 6] = [0, frame.len() as u32, 0, ifindex, 0, 0];
-        let mut ctx = [0u8; 24];
-        for (i, w) in md.iter().enumerate() {
-            ctx[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-        }
-        let input = libbpf_rs::ProgramInput {
-            data_in: Some(frame),
-            context_in: Some(&mut ctx),
-            flags: TEST_XDP_LIVE_FRAMES,
-            repeat: 1,
-            ..Default::default()
-        };
-        self.skel
-            .progs
-            .waverunner_xdp
-            .test_run(input)
-            .map_err(|e| bpf_err("BPF_PROG_TEST_RUN (live frames)", e))?;
-        Ok(())
-    }
-
     fn ring_waiting_word(&self) -> &AtomicU32 {
         // SAFETY: `ring_waiting` is an aligned u32 in the mapped .bss, valid for the life of
         // `self`; the program exchanges it atomically, so it is accessed atomically here too.
