@@ -344,7 +344,10 @@ impl XdpProgram {
     /// syscall: with one syscall per frame that was a fifth of the leader thread's time at
     /// pipeline 16. At most [`PUSH_SLOTS`] frames of [`PUSH_FRAME_MAX`] bytes: as many as the
     /// kernel's default batch of a live test run (64), so every repetition gets a page freshly
-    /// initialised with the pull frame, none a recycled one.
+    /// initialised with the pull frame, none a recycled one. Live frames
+    /// (`BPF_F_TEST_XDP_LIVE_FRAMES`): `XDP_TX` sends a frame out of interface `ifindex`,
+    /// `XDP_PASS` hands it to that interface's stack; `ifindex` is looked up in the network
+    /// namespace of the calling thread.
     pub fn run_live_batch(&self, frames: &[Vec<u8>], ifindex: u32) -> io::Result<()> {
         if frames.is_empty() {
             return Ok(());
