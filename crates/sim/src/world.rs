@@ -1019,11 +1019,16 @@ impl World {
             let now = self.now;
             let n = self.nodes.get_mut(&id).unwrap();
             let Some(raft) = n.raft.as_mut() else { return };
+            let at = Duration::from_micros(now);
+            // Between ready batches, as the replica loop does (`Replica::drive`): whether
+            // the ring's records must wake the host at once; turning that on drains the ring.
+            if self.opts.dataplane && !raft.has_ready() {
+                n.host.want_wakeups(raft, !n.requests.is_empty(), at);
+            }
             if !raft.has_ready() {
                 break;
             }
             let rd = raft.ready();
-            let at = Duration::from_micros(now);
             let mut io = SimIo {
                 id,
                 now,

@@ -742,57 +742,11 @@ pub(super) const SPECS: &[Spec] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{Cond, Expiry, Op, Response};
+    use crate::ops::{Expiry, Op};
 
-    /// A store driven through the log, one command per entry.
-    struct Db {
-        store: KvStore,
-        index: u64,
-        now: u64,
-    }
+    use crate::types::testing::Db;
 
     impl Db {
-        fn new() -> Db {
-            Db {
-                store: KvStore::new(),
-                index: 0,
-                now: 1_000,
-            }
-        }
-
-        fn apply(&mut self, op: &Op) -> Response {
-            self.index += 1;
-            self.store.apply(self.index, self.now, op)
-        }
-
-        fn cmd(&mut self, args: &[&str]) -> Reply {
-            let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-            match self.apply(&Op::Cmd { args, seed: 0 }) {
-                Response::Reply(r) => r,
-                other => panic!("not a reply: {other:?}"),
-            }
-        }
-
-        /// A read answered without the log.
-        fn read(&self, args: &[&str]) -> Reply {
-            let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-            match self.store.read(self.now, &Op::Cmd { args, seed: 0 }) {
-                Response::Reply(r) => r,
-                other => panic!("not a reply: {other:?}"),
-            }
-        }
-
-        fn set(&mut self, key: &str, value: &str) {
-            self.apply(&Op::Set {
-                key: key.into(),
-                value: value.into(),
-                flags: 0,
-                expiry: Expiry::None,
-                cond: Cond::Always,
-                get_old: false,
-            });
-        }
-
         fn ty(&mut self, key: &str) -> Reply {
             self.cmd(&["type", key])
         }

@@ -29,6 +29,8 @@ mod list;
 mod set;
 mod sort;
 mod strings;
+#[cfg(test)]
+mod testing;
 mod zset;
 
 use imbl::{OrdMap, OrdSet, Vector};

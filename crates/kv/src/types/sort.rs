@@ -87,30 +87,14 @@ fn lookup(v: &View<'_>, pattern: &[u8], elem: &[u8]) -> Option<Bytes> {
 fn run(v: &View<'_>, a: &[Bytes], s: &Sort) -> Result<Vec<Option<Bytes>>, Reply> {
     let elems: Vec<Bytes> = match v.store.type_of(&a[1], v.now) {
         None => Vec::new(),
-        Some(Type::List) => v
-            .store
-            .coll(&a[1])
-            .expect("typed")
-            .as_list()
-            .iter()
-            .cloned()
-            .collect(),
-        Some(Type::Set) => v
-            .store
-            .coll(&a[1])
-            .expect("typed")
-            .as_set()
-            .iter()
-            .cloned()
-            .collect(),
-        Some(Type::ZSet) => v
-            .store
-            .coll(&a[1])
-            .expect("typed")
-            .as_zset()
-            .iter()
-            .map(|(m, _)| m.clone())
-            .collect(),
+        Some(t @ (Type::List | Type::Set | Type::ZSet)) => {
+            let c = v.store.coll(&a[1]).expect("typed");
+            match t {
+                Type::List => c.as_list().iter().cloned().collect(),
+                Type::Set => c.as_set().iter().cloned().collect(),
+                _ => c.as_zset().iter().map(|(m, _)| m.clone()).collect(),
+            }
+        }
         Some(_) => return Err(wrongtype()),
     };
     // `BY` without a `*` means "do not sort" (a sorted set keeps its score order).

@@ -647,14 +647,9 @@ pub(super) const SPECS: &[Spec] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{Cond, Expiry, Item, Op, Response};
+    use crate::ops::{Expiry, Item, Op, Response};
 
-    /// A store driven through the log, one command per entry.
-    struct Db {
-        store: KvStore,
-        index: u64,
-        now: u64,
-    }
+    use crate::types::testing::Db;
 
     fn int(n: i64) -> Reply {
         Reply::Int(n)
@@ -691,58 +686,6 @@ mod tests {
     }
 
     impl Db {
-        fn new() -> Db {
-            Db {
-                store: KvStore::new(),
-                index: 0,
-                now: 1_000,
-            }
-        }
-
-        fn apply(&mut self, op: &Op) -> Response {
-            self.index += 1;
-            let r = self.store.apply(self.index, self.now, op);
-            self.store.check_invariants();
-            r
-        }
-
-        fn cmdb(&mut self, args: &[&[u8]]) -> Reply {
-            let args = args.iter().map(|a| a.to_vec()).collect();
-            match self.apply(&Op::Cmd { args, seed: 0 }) {
-                Response::Reply(r) => r,
-                other => panic!("not a reply: {other:?}"),
-            }
-        }
-
-        fn cmd(&mut self, args: &[&str]) -> Reply {
-            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            self.cmdb(&args)
-        }
-
-        /// A read answered without the log.
-        fn read(&self, args: &[&str]) -> Reply {
-            let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-            match self.store.read(self.now, &Op::Cmd { args, seed: 0 }) {
-                Response::Reply(r) => r,
-                other => panic!("not a reply: {other:?}"),
-            }
-        }
-
-        fn set_with(&mut self, key: &str, value: &[u8], expiry: Expiry) {
-            self.apply(&Op::Set {
-                key: key.into(),
-                value: value.to_vec(),
-                flags: 0,
-                expiry,
-                cond: Cond::Always,
-                get_old: false,
-            });
-        }
-
-        fn set(&mut self, key: &str, value: &[u8]) {
-            self.set_with(key, value, Expiry::None);
-        }
-
         fn get(&mut self, key: &str) -> Option<Bytes> {
             match self.apply(&Op::Get {
                 keys: vec![key.into()],

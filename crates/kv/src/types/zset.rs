@@ -1334,23 +1334,14 @@ mod tests {
     use super::*;
     use crate::ops::{Cond, Expiry, Op, Response};
 
-    struct S {
-        store: KvStore,
-        index: u64,
-    }
+    use crate::types::testing::Db;
 
-    impl S {
-        fn new() -> S {
-            S {
-                store: KvStore::new(),
-                index: 0,
-            }
-        }
+    type S = Db;
 
+    impl Db {
         fn args(&mut self, args: &[&str], seed: u64) -> Reply {
-            self.index += 1;
             let args = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-            match self.store.apply(self.index, 1_000, &Op::Cmd { args, seed }) {
+            match self.apply(&Op::Cmd { args, seed }) {
                 Response::Reply(r) => r,
                 other => panic!("not a reply: {other:?}"),
             }
@@ -1362,7 +1353,6 @@ mod tests {
         }
 
         fn string(&mut self, key: &str) {
-            self.index += 1;
             let op = Op::Set {
                 key: key.into(),
                 value: b"x".to_vec(),
@@ -1371,11 +1361,11 @@ mod tests {
                 cond: Cond::Always,
                 get_old: false,
             };
-            assert_eq!(self.store.apply(self.index, 1_000, &op), Response::Ok);
+            assert_eq!(self.apply(&op), Response::Ok);
         }
 
         /// A set (no set command here yet): stored through a transaction.
-        fn set(&mut self, key: &str, members: &[&str]) {
+        fn put_set(&mut self, key: &str, members: &[&str]) {
             self.index += 1;
             let mut c = Coll::set();
             for m in members {
@@ -2122,7 +2112,7 @@ mod tests {
         s.string("str");
         assert_eq!(s.run("zadd a 1 x 2 y 3 z"), int(3));
         assert_eq!(s.run("zadd b 10 y 20 z 30 w"), int(3));
-        s.set("st", &["z", "w", "v"]);
+        s.put_set("st", &["z", "w", "v"]);
         assert_eq!(
             s.run("zunion 2 a b withscores"),
             scored(&[("x", "1"), ("y", "12"), ("z", "23"), ("w", "30")])
@@ -2400,6 +2390,7 @@ mod tests {
         let mut t = S {
             store: back,
             index: s.index,
+            now: s.now,
         };
         assert_eq!(
             t.run("zrange z 0 -1 withscores"),
