@@ -376,16 +376,8 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		return XDP_DROP;
 	}
 
-	/*
-	 * An append from slightly ahead: the leader's handler runs on several CPUs, so its
-	 * appends may leave in another order than it numbered them. The host holds such an
-	 * append and pushes it back through here once the gap is filled, instead of the handler
-	 * dropping it and asking for a retransmission (a host round trip at the leader).
-	 * Racy reads of the registers are fine: a stale view only sends an append either way.
-	 */
-	if (reorder_window && in->type == FP_APPEND && !from_self && !regs.is_leader &&
-	    in->term == regs.term && (__u64)in->group_id == regs.group_id &&
-	    in->index > regs.last_index && in->index <= regs.last_index + reorder_window) {
+	/* An append a little ahead of the log: the host holds it (fp_hold_inline). */
+	if (fp_hold_inline(&regs, in, from_self, reorder_window)) {
 		cnt->punted++;
 		return wr_to_host(ctx);
 	}
@@ -395,7 +387,8 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	 * appends and acks later (a full ring). Racy reads of the registers, as above.
 	 */
 	if (fp_shed_inline(&regs, in, from_self,
-			   bpf_ringbuf_query(&wr_ring, BPF_RB_AVAIL_DATA), WR_RING_BYTES)) {
+			   bpf_ringbuf_query(&wr_ring, BPF_RB_AVAIL_DATA),
+			   WR_RING_ADMIT_BYTES)) {
 		cnt->shed++;
 		if (wr_busy(ctx, in, &dst, regs.self_id, regs.term, regs.commit_index, &sc->msg)) {
 			cnt->dropped++;

@@ -28,6 +28,16 @@
  */
 #define WR_RING_BYTES (8u << 20)
 
+/*
+ * The ring a leader's admission control counts against (fp_shed_inline's
+ * ring_size): it sheds clients' requests once a quarter of this, 256 KiB or
+ * about 1 100 small entries with their commits, waits for its host. The
+ * whole ring is for followers, whose hosts may fall behind for longer; a
+ * leader that admitted until 2 MiB waited ran its host 150 ms and more behind
+ * at twice the peak load, too late to retransmit a lost append in time.
+ */
+#define WR_RING_ADMIT_BYTES (1u << 20)
+
 struct wr_rec_hdr {
 	__u32 kind;  /* WR_REC_ENTRY or WR_REC_COMMIT */
 	__u16 flags; /* entry: input header flags; commit: WR_COMMIT_REPLIED */

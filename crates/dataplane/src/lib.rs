@@ -16,7 +16,9 @@
 #![deny(missing_docs)]
 
 use std::io;
+use std::mem;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use waverunner_fastpath as fp;
@@ -305,6 +307,45 @@ pub fn wall_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Socket buffer size the fast-path sockets ask for (the kernel caps it at
+/// `net.core.{r,w}mem_max` unless root).
+const SOCKET_BUFFER: libc::c_int = 32 << 20;
+
+pub(crate) fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a live c_int of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Large socket buffers: bursts of appends and acks (and a follower's held appends, which
+/// reach the host through this socket) must not overflow while the reader is descheduled. The `FORCE` variants (root) pass the sysctl caps; failures are harmless.
+pub(crate) fn set_socket_buffers(fd: RawFd) {
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if setsockopt_int(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
+            let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
+        }
+    }
 }
 
 #[cfg(test)]

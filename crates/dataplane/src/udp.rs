@@ -65,8 +65,6 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// The blocking `poll()` timeout: commands wake the thread through the eventfd, so this only
 /// bounds how long a lost wake-up could delay it.
 const POLL_TIMEOUT_MS: i32 = 100;
-/// Socket buffer size asked for (the kernel caps it at `net.core.{r,w}mem_max` unless root).
-const SOCK_BUF: libc::c_int = 8 << 20;
 
 /// A host command to the data-plane thread.
 enum Cmd {
@@ -164,7 +162,7 @@ impl UdpDataPlane {
     pub fn open(cfg: &Config, hooks: Hooks) -> io::Result<UdpDataPlane> {
         let sock = UdpSocket::bind(cfg.bind)?;
         sock.set_nonblocking(true)?;
-        set_buffers(sock.as_raw_fd());
+        crate::set_socket_buffers(sock.as_raw_fd());
         let local = match sock.local_addr()? {
             SocketAddr::V4(a) => a,
             SocketAddr::V6(a) => {
@@ -396,41 +394,6 @@ fn clear_event(fd: RawFd) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
-fn setsockopt_int(
-    fd: RawFd,
-    level: libc::c_int,
-    opt: libc::c_int,
-    v: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: passes a live c_int of the size given.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Large socket buffers: bursts of appends and acks must not overflow while the thread is
-/// descheduled. The `FORCE` variants (root) pass the sysctl caps; failures are harmless.
-fn set_buffers(fd: RawFd) {
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        if setsockopt_int(fd, libc::SOL_SOCKET, force, SOCK_BUF).is_err() {
-            let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, SOCK_BUF);
-        }
-    }
-}
-
 /// A socket bound to `group:port` (`SO_REUSEADDR`: replicas sharing a host share the port),
 /// member of `group` on the interface holding `local`'s IP. Receives only that group.
 fn multicast_socket(group: Ipv4Addr, local: SocketAddrV4) -> io::Result<UdpSocket> {
@@ -447,8 +410,8 @@ fn multicast_socket(group: Ipv4Addr, local: SocketAddrV4) -> io::Result<UdpSocke
     }
     // SAFETY: `fd` is fresh and owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
+    crate::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    crate::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
     let sa = sockaddr_of(SocketAddrV4::new(group, local.port()));
     // SAFETY: `sa` is a live sockaddr_in of the size given.
     let rc = unsafe {
@@ -461,7 +424,7 @@ fn multicast_socket(group: Ipv4Addr, local: SocketAddrV4) -> io::Result<UdpSocke
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    set_buffers(fd);
+    crate::set_socket_buffers(fd);
     let sock = UdpSocket::from(owned);
     sock.join_multicast_v4(&group, local.ip())?;
     Ok(sock)

@@ -40,10 +40,6 @@ mod skel {
 
 use skel::{types, WaverunnerSkel, WaverunnerSkelBuilder};
 
-/// Follower: how far ahead of its log an append may be and still be held by the host for
-/// reordering (see `XdpProgram::set_reorder_window`).
-pub const REORDER_WINDOW: u32 = 1024;
-
 /// XDP verdict `XDP_ABORTED`.
 pub const XDP_ABORTED: u32 = 0;
 /// XDP verdict `XDP_DROP`.
@@ -889,7 +885,7 @@ impl XdpDataPlane {
             blind_reply_body: cfg.blind_reply_body.clone(),
         };
         let prog = Arc::new(XdpProgram::load(&settings)?);
-        prog.set_reorder_window(REORDER_WINDOW);
+        prog.set_reorder_window(fp::REORDER_WINDOW);
         prog.write_registers(&fp::Registers {
             self_id: cfg.self_id,
             group_id: cfg.group_id as u64,
@@ -897,6 +893,9 @@ impl XdpDataPlane {
         });
 
         let socket = UdpSocket::bind(cfg.bind)?;
+        // A follower's held appends come up through this socket in bursts while the host is
+        // busy: the default buffer (about 200 packets) dropped them.
+        crate::set_socket_buffers(socket.as_raw_fd());
         socket.set_read_timeout(Some(Duration::from_millis(200)))?;
         let link = attach_native_link(prog.prog_fd(), ifindex, ifname)?;
 

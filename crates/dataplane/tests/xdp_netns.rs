@@ -217,6 +217,26 @@ fn xdp_three_replicas_in_namespaces() {
     let _ns = Netns::create();
     let mut reps: Vec<Replica> = (0..3).map(open).collect();
 
+    // The fast-path socket takes bursts of held appends while the host is busy: the default
+    // buffer (about 200 packets) dropped them under load. As root the size asked for is set.
+    for r in &reps {
+        let sock = r.dp.socket().expect("socket");
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: reads a c_int into a live local of the length given.
+        let rc = unsafe {
+            libc::getsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert!(v >= 16 << 20, "fast-path receive buffer {v} bytes");
+    }
+
     // Enable: leader 1 and followers 2, 3, all at (last 5, term 1), enabled term 2.
     for (i, r) in reps.iter_mut().enumerate() {
         let mut regs = Registers {

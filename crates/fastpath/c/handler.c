@@ -20,6 +20,12 @@ int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self
 	return fp_shed_inline(r, in, from_self, ring_used, ring_size);
 }
 
+int fp_hold(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
+	    __u32 window)
+{
+	return fp_hold_inline(r, in, from_self, window);
+}
+
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out)
 {
 	return fp_parse(buf, len, out);

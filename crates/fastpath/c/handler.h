@@ -333,11 +333,31 @@ static __always_inline int fp_shed_inline(const struct fp_registers *r,
 	return ring_used > ring_size / FP_SHED_RING_SHARE;
 }
 
+/*
+ * Follower (docs/dataplane.md "Reordering"): whether an append goes to the host
+ * to be held instead of through the handler's gap rule. The leader's handler
+ * runs on several CPUs, so its appends may leave out of order, and one may be
+ * lost; an append of this term at most `window` entries ahead of the log is
+ * held by the host, which asks for the missing one and pushes the held ones
+ * back once the gap fills. `window` 0: never (the handler's vectors, `udp`).
+ * Reads the registers only; a racy view passes one append either way.
+ */
+static __always_inline int fp_hold_inline(const struct fp_registers *r,
+					  const struct fp_hdr *in, int from_self,
+					  __u32 window)
+{
+	return window && in->type == FP_APPEND && !from_self && !r->is_leader &&
+	       in->term == r->term && (__u64)in->group_id == r->group_id &&
+	       in->index > r->last_index && in->index <= r->last_index + window;
+}
+
 /* Out-of-line entry points (handler.c) for user space: the Rust FFI. */
 int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 	      struct fp_out *out);
 int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
 	    __u64 ring_used, __u64 ring_size);
+int fp_hold(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
+	    __u32 window);
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
 int fp_write_ffi(const struct fp_hdr *h, void *buf);
 

@@ -265,6 +265,20 @@ pub fn shed(
     unsafe { crate::ffi::fp_shed(regs, hdr, i32::from(from_self), ring_used, ring_size) != 0 }
 }
 
+/// How far ahead of its log a follower's data plane passes an append to the host to be held
+/// (about 300 ms of appends at 50 000 a second: a leader's host starved that long still
+/// retransmits a lost one in time, `docs/dataplane.md` "Reordering").
+pub const REORDER_WINDOW: u32 = 16_384;
+
+/// Whether a follower's data plane passes `hdr` to the host to be held rather than running
+/// the handler's gap rule: the C `fp_hold`, the rule the XDP program applies. `from_self`:
+/// the host pushed it; `window`: appends ahead of the log at most (0: never).
+pub fn hold(regs: &Registers, hdr: &Header, from_self: bool, window: u32) -> bool {
+    // SAFETY: both pointers come from live `#[repr(C)]` mirrors checked against the C
+    // structs; `fp_hold` only reads them and keeps no pointer.
+    unsafe { crate::ffi::fp_hold(regs, hdr, i32::from(from_self), window) != 0 }
+}
+
 /// The busy reply a leader sends for client request `hdr` (with `payload`) it sheds: a
 /// `CLIENT_REPLY` with status RETRY and body `busy`, its `seq`, and as `index` the request id
 /// of its envelope (0 if it is not one), so that a replica that forwarded it can tell which.
@@ -290,6 +304,63 @@ pub fn busy_reply(regs: &Registers, hdr: &Header, payload: &[u8]) -> (Header, Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follower_holds_appends_of_its_term_within_the_window_ahead_of_its_log() {
+        use crate::wire::{Header, APPEND, CLIENT_REQUEST};
+        let regs = Registers {
+            enabled: 1,
+            term: 3,
+            group_id: 1,
+            last_index: 100,
+            ..Registers::default()
+        };
+        let app = |index| Header {
+            kind: APPEND,
+            term: 3,
+            index,
+            ..Header::new(1)
+        };
+        assert!(
+            !hold(&regs, &app(100), false, 8),
+            "at the tail: the handler's"
+        );
+        assert!(hold(&regs, &app(101), false, 8), "one ahead");
+        assert!(hold(&regs, &app(108), false, 8), "the window's end");
+        assert!(!hold(&regs, &app(109), false, 8), "past it: the gap rule");
+        assert!(!hold(&regs, &app(99), false, 8), "behind: a duplicate");
+        // Never: window 0, the host's own pushes, a leader, another term or group, requests.
+        assert!(!hold(&regs, &app(101), false, 0));
+        assert!(!hold(&regs, &app(101), true, 8));
+        let leader = Registers {
+            is_leader: 1,
+            ..regs
+        };
+        assert!(!hold(&leader, &app(101), false, 8));
+        assert!(!hold(
+            &regs,
+            &Header {
+                term: 4,
+                ..app(101)
+            },
+            false,
+            8
+        ));
+        assert!(!hold(
+            &regs,
+            &Header {
+                group_id: 2,
+                ..app(101)
+            },
+            false,
+            8
+        ));
+        let req = Header {
+            kind: CLIENT_REQUEST,
+            ..app(101)
+        };
+        assert!(!hold(&regs, &req, false, 8));
+    }
 
     #[test]
     fn a_leader_sheds_clients_requests_past_its_window_or_a_quarter_ring() {

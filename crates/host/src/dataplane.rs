@@ -27,8 +27,16 @@ pub const MAX_DP_CLIENTS: usize = 65_536;
 /// A replica whose data plane is off sends at most one REJECT per this interval.
 pub const REJECT_EVERY: Duration = Duration::from_millis(20);
 
-/// Appends a follower holds for reordering at most (the XDP window is 1024 entries).
-pub const MAX_HELD: usize = 2048;
+/// Appends a follower holds for reordering at most (the data plane's window,
+/// `fp::REORDER_WINDOW`), and their bytes at most.
+pub const MAX_HELD: usize = fp::REORDER_WINDOW as usize;
+/// See [`MAX_HELD`].
+pub const MAX_HELD_BYTES: usize = 16 << 20;
+
+/// Appends reordering alone leaves held at most (the leader's handler runs on several CPUs,
+/// each a NAPI batch of 64 frames at most): holding more means an append was lost, and the
+/// follower asks for it at once instead of after [`HOLD_TIMEOUT`].
+pub const REORDER_SPAN: usize = 64;
 
 /// The leader answers retransmission requests for the same follower position at most once
 /// per this interval.
@@ -75,6 +83,8 @@ pub struct HostStats {
     pub heartbeats: u64,
     /// Appends pushed back through the data plane after reordering.
     pub reordered: u64,
+    /// Follower: retransmissions the host asked for (held appends waiting on a lost one).
+    pub retx_asked: u64,
     /// Fast-path REJECTs sent (appends this replica's software could not take).
     pub rejects_sent: u64,
     /// Packets passed up that were not valid fast-path packets of this group.
@@ -109,12 +119,14 @@ pub struct DataPlaneHost<P: DataPlane> {
     records: Vec<RingRecord>,
     /// Follower: appends ahead of the log, by previous index, with when they arrived
     /// (bounded by [`MAX_HELD`]).
-    held: BTreeMap<u64, (Time, Vec<u8>)>,
+    held: Held,
     /// Leader: the last retransmission per follower address (its position, when; bounded by
     /// `RETX_REMEMBERED`).
     retx_sent: BTreeMap<SocketAddr, (u64, Time)>,
     /// When this replica last sent a fast-path REJECT.
     last_reject: Option<Time>,
+    /// Follower: when this replica last asked the leader to retransmit.
+    last_retx_ask: Option<Time>,
     /// Ring entries that arrived before an entry of a lower index, by index (more than
     /// [`RING_CAPACITY`] halts the data plane).
     reorder: BTreeMap<u64, RingEntry>,
@@ -124,6 +136,57 @@ pub struct DataPlaneHost<P: DataPlane> {
     remote_pending: BTreeSet<u64>,
     /// What this host last told the data plane with [`DataPlane::want_wakeups`].
     urgent: bool,
+}
+
+/// A follower's held appends by previous index, with when each arrived, and their bytes.
+#[derive(Default)]
+struct Held {
+    map: BTreeMap<u64, (Time, Vec<u8>)>,
+    bytes: usize,
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn insert(&mut self, prev: u64, at: Time, pkt: Vec<u8>) {
+        self.bytes += pkt.len();
+        if let Some((_, old)) = self.map.insert(prev, (at, pkt)) {
+            self.bytes -= old.len();
+        }
+    }
+
+    fn remove(&mut self, prev: u64) -> Option<Vec<u8>> {
+        let (_, pkt) = self.map.remove(&prev)?;
+        self.bytes -= pkt.len();
+        Some(pkt)
+    }
+
+    fn pop_first(&mut self) -> Option<u64> {
+        let (i, (_, pkt)) = self.map.pop_first()?;
+        self.bytes -= pkt.len();
+        Some(i)
+    }
+
+    fn pop_last(&mut self) -> Option<u64> {
+        let (i, (_, pkt)) = self.map.pop_last()?;
+        self.bytes -= pkt.len();
+        Some(i)
+    }
+
+    fn first(&self) -> Option<u64> {
+        self.map.first_key_value().map(|(&i, _)| i)
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
 }
 
 /// A `DisableReason` as status shows it (snake case).
@@ -186,14 +249,25 @@ impl<P: DataPlane> DataPlaneHost<P> {
             clients: BTreeMap::new(),
             acked_persisted: 0,
             records: Vec::new(),
-            held: BTreeMap::new(),
+            held: Held::default(),
             retx_sent: BTreeMap::new(),
             last_reject: None,
+            last_retx_ask: None,
             reorder: BTreeMap::new(),
             commits: BTreeMap::new(),
             remote_pending: BTreeSet::new(),
             urgent: true,
         }
+    }
+
+    /// Between ready batches (the replica loop and the simulator call it there): a follower
+    /// pushes the held appends that now continue its log, all of them in one batch rather
+    /// than one per arriving packet; then [`DataPlaneHost::want_wakeups`].
+    pub fn between_batches(&mut self, raft: &mut Raft, waiting: bool, now: Time) {
+        if raft.role() != Role::Leader {
+            self.release_held(raft, now);
+        }
+        self.want_wakeups(raft, waiting, now);
     }
 
     /// Tells the data plane whether this replica needs its ring records at once: a leader
@@ -202,7 +276,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
     /// wait on this replica's applied index). Otherwise a follower's records may come in
     /// batches a little later (`DataPlane::want_wakeups`). When it turns on, what is already
     /// on the ring is consumed now.
-    pub fn want_wakeups(&mut self, raft: &mut Raft, waiting: bool, now: Time) {
+    fn want_wakeups(&mut self, raft: &mut Raft, waiting: bool, now: Time) {
         let urgent =
             raft.role() == Role::Leader || self.defer_acks || waiting || !self.held.is_empty();
         if urgent == self.urgent {
@@ -405,7 +479,6 @@ impl<P: DataPlane> DataPlaneHost<P> {
             self.push_proposal(&[]);
         }
         if !leader {
-            self.release_held(raft, now);
             self.held_timeout(raft, now);
         }
         if let DataPlaneState::On { term } = raft.dataplane_state() {
@@ -505,7 +578,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
     /// `XdpProgram::set_reorder_window`). Held until the gap fills, then pushed through the
     /// data plane; never stepped into software Raft, which would disable the data plane.
     /// Returns whether the append was taken care of here.
-    fn hold_reordered(&mut self, raft: &Raft, h: &fp::Header, pkt: &[u8], now: Time) -> bool {
+    fn hold_reordered(&mut self, raft: &mut Raft, h: &fp::Header, pkt: &[u8], now: Time) -> bool {
         let DataPlaneState::On { term } = raft.dataplane_state() else {
             return false;
         };
@@ -516,16 +589,23 @@ impl<P: DataPlane> DataPlaneHost<P> {
         if h.index < last {
             return true; // a duplicate of what the data plane has
         }
-        if self.held.len() >= MAX_HELD {
-            self.held.pop_last();
+        raft.dataplane_leader_heard(h.from, h.term);
+        while self.held.len() >= MAX_HELD || self.held.bytes + pkt.len() > MAX_HELD_BYTES {
+            if self.held.pop_last().is_none() {
+                break;
+            }
         }
-        self.held.insert(h.index, (now, pkt.to_vec()));
-        self.release_held(raft, now);
+        self.held.insert(h.index, now, pkt.to_vec());
+        // Released between ready batches (`between_batches`), many at a time.
+        if self.held.len() > REORDER_SPAN && self.gap_before_held(last) {
+            self.ask_retransmit(raft, now);
+        }
         true
     }
 
-    /// Pushes held appends that now continue the log through the data plane, and tells the
-    /// leader (memory durability: the pushed appends' own acks went nowhere).
+    /// Pushes held appends that now continue the log through the data plane, a run of them
+    /// in one batch (`xdp`: one syscall per 64), and tells the leader (memory durability: the
+    /// pushed appends' own acks went nowhere).
     fn release_held(&mut self, raft: &Raft, now: Time) {
         if self.held.is_empty() {
             return;
@@ -538,20 +618,19 @@ impl<P: DataPlane> DataPlaneHost<P> {
                 self.held.clear();
                 return;
             }
-            while self
-                .held
-                .first_key_value()
-                .is_some_and(|(&i, _)| i < r.last_index)
-            {
+            while self.held.first().is_some_and(|i| i < r.last_index) {
                 self.held.pop_first();
             }
-            let Some((_, pkt)) = self.held.remove(&r.last_index) else {
+            // Held by previous index: the run continuing the log starts at `last_index`.
+            let mut run = Vec::new();
+            while let Some(pkt) = self.held.remove(r.last_index + run.len() as u64) {
+                run.push(pkt);
+            }
+            if run.is_empty() {
                 if pushed && !self.held.is_empty() {
                     // A retransmitted batch filled part of the gap: ask for the rest now
                     // rather than after the hold timeout.
-                    for (t, _) in self.held.values_mut() {
-                        *t = now.saturating_sub(HOLD_TIMEOUT);
-                    }
+                    self.ask_retransmit(raft, now);
                 }
                 if pushed && !self.defer_acks {
                     let h = fp::Header {
@@ -564,26 +643,50 @@ impl<P: DataPlane> DataPlaneHost<P> {
                     }
                 }
                 return;
-            };
-            if self.plane.push(&pkt).is_err() {
+            }
+            let pkts: Vec<&[u8]> = run.iter().map(Vec::as_slice).collect();
+            if self.plane.push_batch(&pkts).is_err() {
                 return;
             }
-            self.stats.reordered += 1;
+            self.stats.reordered += run.len() as u64;
             pushed = true;
             if r.last_index == self.plane.registers().last_index {
-                return; // the push did not append (asynchronous data plane): next time
+                return; // the pushes did not append yet (asynchronous data plane): next time
             }
         }
     }
 
-    /// A held append whose gap did not fill in time: ask the leader to retransmit.
+    /// A held append whose gap did not fill in time, or more held than reordering explains
+    /// ([`REORDER_SPAN`]): ask the leader to retransmit.
     fn held_timeout(&mut self, raft: &Raft, now: Time) {
-        let Some(oldest) = self.held.values().map(|(t, _)| *t).min() else {
+        let Some(oldest) = self.held.map.values().map(|(t, _)| *t).min() else {
             return;
         };
-        if now.saturating_sub(oldest) < HOLD_TIMEOUT {
+        let last = self.plane.registers().last_index;
+        if !self.gap_before_held(last) {
+            return; // the held appends continue the log: released between batches
+        }
+        if self.held.len() > REORDER_SPAN || now.saturating_sub(oldest) >= HOLD_TIMEOUT {
+            self.ask_retransmit(raft, now);
+        }
+    }
+
+    /// Whether an append is missing between the data plane's log (`last`, its last index)
+    /// and the first held one (held by previous index).
+    fn gap_before_held(&self, last: u64) -> bool {
+        self.held.first().is_some_and(|i| i > last)
+    }
+
+    /// Asks the leader to retransmit after this replica's log, at most once per
+    /// [`RETX_SPACING`] (the leader answers a position once per that interval anyway).
+    fn ask_retransmit(&mut self, raft: &Raft, now: Time) {
+        if self
+            .last_retx_ask
+            .is_some_and(|t| now.saturating_sub(t) < RETX_SPACING)
+        {
             return;
         }
+        self.last_retx_ask = Some(now);
         let r = self.plane.registers();
         let h = fp::Header {
             term: r.term,
@@ -594,7 +697,8 @@ impl<P: DataPlane> DataPlaneHost<P> {
         if let Some(&to) = self.peers.get(&raft.leader()) {
             let _ = self.plane.send_to(&packet(h, &[]), SocketAddr::V4(to));
         }
-        for (t, _) in self.held.values_mut() {
+        self.stats.retx_asked += 1;
+        for (t, _) in self.held.map.values_mut() {
             *t = now;
         }
     }

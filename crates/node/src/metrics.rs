@@ -266,6 +266,8 @@ pub struct FastPathStatus {
     pub heartbeats: u64,
     /// Follower: appends that arrived ahead of the log, held and pushed back in order.
     pub reordered: u64,
+    /// Follower: retransmissions its host asked for (held appends waiting on a lost one).
+    pub retx_asked: u64,
     /// Fast-path REJECTs this replica sent while its data plane was off.
     pub rejects_sent: u64,
     /// The data plane's own counters (summed over CPUs).
@@ -504,6 +506,11 @@ impl Status {
                 "dataplane_reordered_total",
                 "Appends held for reordering and pushed back.",
                 f.reordered,
+            ),
+            (
+                "dataplane_retx_asked_total",
+                "Retransmissions a follower's host asked for.",
+                f.retx_asked,
             ),
             (
                 "dataplane_rejects_sent_total",

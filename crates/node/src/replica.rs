@@ -1152,14 +1152,15 @@ impl<S: StateMachine> Replica<S> {
         stall(self.cfg.id, t, || "polling a restore".into());
         loop {
             // Between ready batches only (a batch may carry a data-plane command the ring's
-            // state depends on): whether records must wake this loop at once, and the records
+            // state depends on): a follower's held appends that now continue its log, whether
+            // records must wake this loop at once, and the records
             // of this loop's own pushes, which woke nobody (`DataPlane::drain_due`): often the
             // entry with its commit.
             if !self.raft.has_ready() {
                 let now = self.now();
                 let waiting = !self.requests.is_empty();
                 if let Some(d) = self.dp.as_mut() {
-                    d.want_wakeups(&mut self.raft, waiting, now);
+                    d.between_batches(&mut self.raft, waiting, now);
                 }
             }
             if !self.raft.has_ready() && self.dp.as_ref().is_some_and(|d| d.plane.drain_due()) {
@@ -1695,6 +1696,7 @@ impl<S: StateMachine> Replica<S> {
             f.host_replies = h.host_replies;
             f.heartbeats = h.heartbeats;
             f.reordered = h.reordered;
+            f.retx_asked = h.retx_asked;
             f.rejects_sent = h.rejects_sent;
             f.handled = c.handled;
             f.punted = c.punted;

@@ -412,6 +412,18 @@ impl Raft {
         Ok(())
     }
 
+    /// A follower's host holds an append of the enabled term from `from`, ahead of the log
+    /// (an earlier one was lost and is being retransmitted). It proves the leader alive as
+    /// any append from it does in Raft, accepted or not: the election timer restarts, so a
+    /// follower waiting for a retransmission from a busy leader does not campaign. Anything
+    /// else (another term, another sender, not a follower, the data plane not on) is ignored.
+    pub fn dataplane_leader_heard(&mut self, from: NodeId, term: Term) {
+        let on = matches!(self.dp.state, DataPlaneState::On { term: t } if t == term);
+        if on && self.role == Role::Follower && term == self.term && from == self.leader {
+            self.election_elapsed = 0;
+        }
+    }
+
     /// A ring record: the data plane's commit index. Never moves the commit backwards.
     pub fn dataplane_commit(&mut self, index: Index) {
         if !matches!(

@@ -452,6 +452,43 @@ fn follower_election_timeout_while_on_disables_then_campaigns() {
     assert_eq!(net.r(l).dataplane_state(), DataPlaneState::Off);
 }
 
+/// A follower whose data plane lost an append holds the leader's later ones while it waits
+/// for the retransmission (`DataPlaneHost`); each proves the leader alive, as any append from
+/// it does in Raft, so the follower does not campaign however long a busy leader takes. What
+/// does not come from the leader of this term restarts nothing.
+#[test]
+fn a_follower_holding_the_leaders_appends_does_not_time_out() {
+    let mut net = enabled();
+    net.isolate(1);
+    // Held appends from the leader, two a tick: ten election timeouts and no disable.
+    for _ in 0..200 {
+        net.tick_only(&[2], 1);
+        net.rm(2).dataplane_leader_heard(1, 2);
+        assert_eq!(net.r(2).dataplane_state(), DataPlaneState::On { term: 2 });
+    }
+    assert_eq!(net.r(2).role(), Role::Follower);
+    // From another sender or of another term: the timer runs out as without them.
+    let mut disabled = false;
+    for _ in 0..40 {
+        net.tick_only(&[2], 1);
+        net.rm(2).dataplane_leader_heard(3, 2);
+        net.rm(2).dataplane_leader_heard(1, 1);
+        net.rm(2).dataplane_leader_heard(1, 3);
+        if net.r(2).dataplane_state()
+            == (DataPlaneState::Disabling {
+                reason: DisableReason::ElectionTimeout,
+            })
+        {
+            disabled = true;
+            break;
+        }
+    }
+    assert!(
+        disabled,
+        "appends not from the leader of this term kept the timer quiet"
+    );
+}
+
 #[test]
 fn leader_check_quorum_while_on_disables_then_steps_down() {
     let mut net = enabled();

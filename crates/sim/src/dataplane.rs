@@ -67,12 +67,15 @@ pub struct SimDataPlane {
     pub dropped: u64,
     /// Client requests shed (overload: `fp::shed`, the rule the XDP program applies).
     pub shed: u64,
+    /// Follower: appends at most this far ahead of the log go to the host to be held
+    /// (`fp::hold`, the rule the XDP program applies; 0: never, as `udp`).
+    hold_window: u32,
 }
 
 impl SimDataPlane {
     /// A disabled data plane for `self_id`; with `reorder`, its ring swaps adjacent records
-    /// now and then.
-    pub fn new(self_id: NodeId, reorder: Option<Rng>) -> SimDataPlane {
+    /// now and then; a follower holds appends up to `hold_window` ahead ([`fp::hold`]).
+    pub fn new(self_id: NodeId, reorder: Option<Rng>, hold_window: u32) -> SimDataPlane {
         let regs = fp::Registers {
             self_id,
             group_id: u64::from(GROUP_ID),
@@ -89,6 +92,7 @@ impl SimDataPlane {
             punted: 0,
             dropped: 0,
             shed: 0,
+            hold_window,
         }
     }
 
@@ -121,8 +125,14 @@ impl SimDataPlane {
             to_host(out);
             return;
         }
-        // Overload: a busy reply instead of an entry, by the same rule as XDP and `udp`.
         let pushed = from == self.regs.self_id;
+        // An append a little ahead of the log: the host holds it, by the same rule as XDP.
+        if fp::hold(&self.regs, hdr, pushed, self.hold_window) {
+            self.punted += 1;
+            to_host(out);
+            return;
+        }
+        // Overload: a busy reply instead of an entry, by the same rule as XDP and `udp`.
         if fp::shed(
             &self.regs,
             hdr,
@@ -282,7 +292,7 @@ mod tests {
 
     #[test]
     fn a_leader_whose_window_is_full_sheds_a_forwarded_request_with_a_busy_reply() {
-        let mut dp = SimDataPlane::new(1, None);
+        let mut dp = SimDataPlane::new(1, None, 0);
         let mut regs = fp::Registers {
             self_id: 1,
             leader_id: 1,

@@ -1020,10 +1020,11 @@ impl World {
             let n = self.nodes.get_mut(&id).unwrap();
             let Some(raft) = n.raft.as_mut() else { return };
             let at = Duration::from_micros(now);
-            // Between ready batches, as the replica loop does (`Replica::drive`): whether
-            // the ring's records must wake the host at once; turning that on drains the ring.
+            // Between ready batches, as the replica loop does (`Replica::drive`): held appends
+            // that continue the log, and whether the ring's records must wake the host at
+            // once; turning that on drains the ring.
             if self.opts.dataplane && !raft.has_ready() {
-                n.host.want_wakeups(raft, !n.requests.is_empty(), at);
+                n.host.between_batches(raft, !n.requests.is_empty(), at);
             }
             if !raft.has_ready() {
                 break;
@@ -1305,7 +1306,15 @@ impl World {
         // and the replica, so the other random choices keep their sequence).
         let reorder =
             (self.seed % 3 == 1).then(|| Rng::new(self.seed ^ id.wrapping_mul(0x5851_F42D)));
-        let plane = SimDataPlane::new(id, reorder);
+        // A follower holds appends ahead of its log as the XDP program has it (half the
+        // seeds), or with a window of 8 that a lost append soon overruns (a quarter: the gap
+        // rule and its retransmission requests behind held appends), or never, as `udp`.
+        let hold_window = match self.seed % 4 {
+            0 => 0,
+            1 => 8,
+            _ => fp::REORDER_WINDOW,
+        };
+        let plane = SimDataPlane::new(id, reorder, hold_window);
         let mut h = DataPlaneHost::new(plane, id, GROUP_ID, defer_acks);
         for &p in self.nodes.keys().chain(std::iter::once(&id)) {
             if p != id {
