@@ -41,7 +41,7 @@ use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -140,6 +140,9 @@ struct Shared {
     regs: Mutex<fp::Registers>,
     counters: AtomicCounters,
     latency: Vec<AtomicU64>,
+    /// Follower: appends at most this far ahead of the log go to the host to be held
+    /// ([`fp::hold`]; see [`UdpDataPlane::set_reorder_window`]).
+    reorder_window: AtomicU32,
 }
 
 /// The user-space data plane: the C handler in a dedicated busy-polling thread (module docs).
@@ -192,6 +195,7 @@ impl UdpDataPlane {
             }),
             counters: AtomicCounters::default(),
             latency: (0..HIST_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            reorder_window: AtomicU32::new(fp::REORDER_WINDOW),
         });
         let sock = Arc::new(sock);
         let (tx, rx) = mpsc::channel();
@@ -238,6 +242,13 @@ impl UdpDataPlane {
     /// `cfg.bind` had port 0). Packets pushed with [`DataPlane::push`] come "from" here.
     pub fn local_addr(&self) -> SocketAddrV4 {
         self.local
+    }
+
+    /// Follower: appends at most `n` entries ahead of the log go to the host (which holds
+    /// them until the gap fills) instead of through the handler's gap rule; 0 turns it off
+    /// (the handler's own gap rule, as its vectors have it). [`fp::REORDER_WINDOW`] at open.
+    pub fn set_reorder_window(&self, n: u32) {
+        self.shared.reorder_window.store(n, Ordering::Relaxed);
     }
 
     fn command(&self, cmd: Cmd) -> io::Result<()> {
@@ -780,6 +791,14 @@ impl Worker {
             }
         };
         if self.regs.enabled == 0 {
+            self.delta.punted += 1;
+            self.to_host(src, pkt);
+            return;
+        }
+        // An append a little ahead of the log (one was lost or overtaken): the host holds it
+        // and pushes it back once the gap fills (the XDP program's rule, `fp::hold`).
+        let window = self.shared.reorder_window.load(Ordering::Relaxed);
+        if fp::hold(&self.regs, &hdr, pushed, window) {
             self.delta.punted += 1;
             self.to_host(src, pkt);
             return;

@@ -401,14 +401,17 @@ fn udp_loss_retransmission_by_the_host() {
     let all = [(1, l.addr()), (2, f2.addr()), (3, f3.addr())];
     f2.dp.enable(&regs(2, &voters, 1, 0), &all).unwrap();
     f3.dp.enable(&regs(3, &voters, 1, 0), &all).unwrap();
+    // First the handler's own gap rule (window 0); the host's hold comes last.
+    f3.dp.set_reorder_window(0);
     // The leader's fan-out to 3 goes through the lossy link.
     l.dp.enable(&regs(1, &voters, 1, 0), &[(2, f2.addr()), (3, link)])
         .unwrap();
 
     let client = socket();
+    let leader = l.addr();
     let write = |seq: u64| {
         client
-            .send_to(&request(9, seq, fp::F_BLIND_WRITE), l.addr())
+            .send_to(&request(9, seq, fp::F_BLIND_WRITE), leader)
             .unwrap();
         let (_, pkt) = recv(&client, WAIT).unwrap_or_else(|| panic!("no reply to {seq}"));
         check_reply(&pkt, seq, BASE + seq);
@@ -449,7 +452,7 @@ fn udp_loss_retransmission_by_the_host() {
         .cloned()
         .collect();
     assert_eq!(missing.len(), 2);
-    for e in &missing {
+    let append_of = |e: &RingEntry, commit: u64| {
         let h = Header {
             kind: fp::APPEND,
             flags: e.flags,
@@ -464,7 +467,11 @@ fn udp_loss_retransmission_by_the_host() {
         };
         let mut b = Vec::new();
         h.encode(&e.payload, &mut b);
-        l.dp.send_to(&b, SocketAddr::V4(f3.addr())).unwrap();
+        b
+    };
+    for e in &missing {
+        l.dp.send_to(&append_of(e, commit), SocketAddr::V4(f3.addr()))
+            .unwrap();
     }
     f3.drain_until("f3 caught up", |r| last_entry(r) == BASE + 5);
     let fr = f3.dp.registers();
@@ -494,6 +501,51 @@ fn udp_loss_retransmission_by_the_host() {
     assert!(recv(&client, Duration::from_millis(100)).is_none());
     assert_eq!(l.dp.counters().client_replies, 5);
     f3.drain_until("f3 follows again", |r| last_entry(r) == BASE + 6);
+    assert_eq!(l.dp.counters().halts + f3.dp.counters().halts, 0);
+
+    // With its reorder window on (the default), the follower's data plane passes an append
+    // ahead of its log to the host to be held, instead of the gap rule: no RETX_REQ from the
+    // handler. Once the missing append arrives, the held one pushed back continues the log.
+    f3.dp.set_reorder_window(fp::REORDER_WINDOW);
+    let retx_before = f3.dp.counters().retx_requests;
+    drop_index.store(BASE + 7, Ordering::Relaxed);
+    write(7);
+    write(8);
+    let deadline = Instant::now() + WAIT;
+    let held = loop {
+        let ahead = f3.host.lock().unwrap().iter().find_map(|(_, p)| {
+            Header::decode(p)
+                .is_ok_and(|(h, _)| h.kind == fp::APPEND && h.index == BASE + 7)
+                .then(|| p.clone())
+        });
+        if let Some(p) = ahead {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the append ahead never reached the host"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(
+        f3.dp.counters().retx_requests,
+        retx_before,
+        "the gap rule ran"
+    );
+    assert_eq!(f3.dp.registers().last_index, BASE + 6);
+    l.drain_until("leader has 8 entries", |r| last_entry(r) == BASE + 8);
+    let lost = l
+        .entries()
+        .into_iter()
+        .find(|e| e.index == BASE + 7)
+        .cloned()
+        .expect("entry 7 at the leader");
+    let commit = l.dp.registers().commit_index;
+    l.dp.send_to(&append_of(&lost, commit), SocketAddr::V4(f3.addr()))
+        .unwrap();
+    f3.drain_until("7 retransmitted", |r| last_entry(r) == BASE + 7);
+    f3.dp.push(&held).unwrap();
+    f3.drain_until("the held 8 pushed back", |r| last_entry(r) == BASE + 8);
     assert_eq!(l.dp.counters().halts + f3.dp.counters().halts, 0);
 
     stop.store(true, Ordering::Relaxed);

@@ -356,12 +356,18 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
     // 1456 + 56 ring bytes a request (an entry record has a constant size): shed past
     // 256 KiB. With the whole ring as the budget it was 1 388 (2 MiB): a leader host about
     // 150 ms behind at twice the peak load, too late to retransmit a lost append in time.
-    assert_eq!(ordered, (256 << 10) / (1456 + 56) + 1, "ordered before the shed");
+    assert_eq!(
+        ordered,
+        (256 << 10) / (1456 + 56) + 1,
+        "ordered before the shed"
+    );
     // Drained: ordered again.
     let run = prog
         .test_run(&client_request(seq + 1, 0, 0, 0))
         .expect("run");
     assert_ne!(run.verdict, XDP_DROP);
     assert_eq!(prog.counters().shed, 2);
-    eprintln!("xdp shedding: {ordered} requests ordered before the ring passed the admission share");
+    eprintln!(
+        "xdp shedding: {ordered} requests ordered before the ring passed the admission share"
+    );
 }

@@ -68,7 +68,7 @@ pub struct SimDataPlane {
     /// Client requests shed (overload: `fp::shed`, the rule the XDP program applies).
     pub shed: u64,
     /// Follower: appends at most this far ahead of the log go to the host to be held
-    /// (`fp::hold`, the rule the XDP program applies; 0: never, as `udp`).
+    /// (`fp::hold`, the rule the XDP and `udp` data planes apply; 0: never).
     hold_window: u32,
 }
 

@@ -1306,9 +1306,10 @@ impl World {
         // and the replica, so the other random choices keep their sequence).
         let reorder =
             (self.seed % 3 == 1).then(|| Rng::new(self.seed ^ id.wrapping_mul(0x5851_F42D)));
-        // A follower holds appends ahead of its log as the XDP program has it (half the
-        // seeds), or with a window of 8 that a lost append soon overruns (a quarter: the gap
-        // rule and its retransmission requests behind held appends), or never, as `udp`.
+        // A follower holds appends ahead of its log as the XDP and `udp` data planes have it
+        // (half the seeds), or with a window of 8 that a lost append soon overruns (a quarter:
+        // the gap rule and its retransmission requests behind held appends), or never (the
+        // handler's own gap rule only).
         let hold_window = match self.seed % 4 {
             0 => 0,
             1 => 8,
