@@ -185,16 +185,24 @@ fn check(history: &Path) -> (Option<i32>, String, String) {
 
 /// Overload is a state, not a failure: an open loop at twice the cluster's peak against the
 /// leader (`--faults overload`, three phases) ends with the history linearizable, every
-/// acknowledged write read back (the run's final reads), busy answers given, and no term
-/// change. The data plane is `off`: with `udp` and `xdp` the same run still changes terms
-/// (issue 13, not done). Goodput against the peak is printed, not asserted.
-#[test]
-fn overload_is_a_state_not_an_election() {
-    let dir = unique_dir("overload");
+/// acknowledged write read back (the run's final reads), busy answers given, and at most
+/// `max_term_changes` term changes over the three phases (an election or a data-plane
+/// hand-off each). Goodput against the peak is printed, not asserted. Seed 7 throughout.
+fn overload(dataplane: &str, max_term_changes: u64) {
+    if dataplane == "xdp" && !is_root() {
+        assert!(!in_ci(), "CI must run the xdp overload test as root");
+        eprintln!(
+            "\n*** SKIPPED (needs root): waverunner chaos --faults overload --dataplane xdp ***\n"
+        );
+        return;
+    }
+    let dir = unique_dir(&format!("overload-{dataplane}"));
     let _lock = cluster_lock();
     let dir_arg = dir.display().to_string();
     let (stdout, report, _) = run_linearizable(&[
         "chaos",
+        "--dataplane",
+        dataplane,
         "--duration",
         "16s",
         "--faults",
@@ -213,24 +221,50 @@ fn overload_is_a_state_not_an_election() {
         .filter(|l| l.contains("heal: overload at"))
         .collect();
     assert!(!heals.is_empty(), "no overload phase ran: {report}");
-    for l in &heals {
-        assert!(
-            l.ends_with("term +0"),
-            "a term changed under overload: {l}\n{report}"
-        );
-    }
-    let refused: u64 = heals
+    let field = |l: &str, suffix: &str| -> u64 {
+        l.split(", ")
+            .find_map(|f| f.strip_suffix(suffix).and_then(|n| n.parse().ok()))
+            .unwrap_or_else(|| panic!("no \"{suffix}\" in {l}\n{report}"))
+    };
+    let terms: u64 = heals
         .iter()
-        .filter_map(|l| {
-            l.split(", ")
-                .find(|f| f.ends_with(" refused"))
-                .and_then(|f| f.trim_end_matches(" refused").parse::<u64>().ok())
+        .map(|l| {
+            l.rsplit_once("term +")
+                .and_then(|(_, n)| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no term change in {l}\n{report}"))
         })
         .sum();
+    assert!(
+        terms <= max_term_changes,
+        "{terms} term changes under overload (at most {max_term_changes}):\n{report}"
+    );
+    let refused: u64 = heals.iter().map(|l| field(l, " refused")).sum();
     assert!(
         refused > 0,
         "nothing was refused busy at twice the peak: {report}"
     );
+}
+
+/// Vanilla Raft: no term change at all.
+#[test]
+fn overload_is_a_state_not_an_election() {
+    overload("off", 0);
+}
+
+/// The user-space data plane: none in 24 phases measured (`docs/chaos.md` "Overload"); a
+/// follower that loses an append holds the later ones until it is retransmitted. At most one
+/// here, where the machine may be busier than when measured.
+#[test]
+fn overload_with_the_udp_data_plane_is_a_state() {
+    overload("udp", 1);
+}
+
+/// The XDP data plane: the same, with 2 term changes in 36 phases measured (a follower that
+/// waited for a retransmission from a starved leader longer than its window; `docs/chaos.md`
+/// "Overload"). Before those changes, seed 7 changed terms 10 times in one run.
+#[test]
+fn overload_with_the_xdp_data_plane_is_a_state() {
+    overload("xdp", 2);
 }
 
 #[test]
