@@ -387,6 +387,18 @@ fn lossy_link(
     (addr, t)
 }
 
+/// Polls `f` every millisecond until it gives something, for at most `WAIT`.
+fn wait_some<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(x) = f() {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "not within {WAIT:?}: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn udp_loss_retransmission_by_the_host() {
     let (mut l, mut f2, mut f3) = (
@@ -424,17 +436,9 @@ fn udp_loss_retransmission_by_the_host() {
     drop_index.store(BASE + 4, Ordering::Relaxed);
     write(4);
     write(5); // 3 sees a gap: RETX_REQ back to the leader, whose handler gives it to the host
-    let deadline = Instant::now() + WAIT;
-    let retx = loop {
-        if let Some(x) = l.host_packets_of(fp::RETX_REQ).first().copied() {
-            break x;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no RETX_REQ reached the leader's host"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let retx = wait_some("a RETX_REQ at the leader's host", || {
+        l.host_packets_of(fp::RETX_REQ).first().copied()
+    });
     assert_eq!(
         (retx.1.from, retx.1.index, retx.1.log_term),
         (3, BASE + 3, TERM)
@@ -511,22 +515,13 @@ fn udp_loss_retransmission_by_the_host() {
     drop_index.store(BASE + 7, Ordering::Relaxed);
     write(7);
     write(8);
-    let deadline = Instant::now() + WAIT;
-    let held = loop {
-        let ahead = f3.host.lock().unwrap().iter().find_map(|(_, p)| {
+    let held = wait_some("the append ahead at the follower's host", || {
+        f3.host.lock().unwrap().iter().find_map(|(_, p)| {
             Header::decode(p)
                 .is_ok_and(|(h, _)| h.kind == fp::APPEND && h.index == BASE + 7)
                 .then(|| p.clone())
-        });
-        if let Some(p) = ahead {
-            break p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the append ahead never reached the host"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    };
+        })
+    });
     assert_eq!(
         f3.dp.counters().retx_requests,
         retx_before,
