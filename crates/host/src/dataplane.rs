@@ -117,8 +117,8 @@ pub struct DataPlaneHost<P: DataPlane> {
     acked_persisted: u64,
     /// Scratch buffer for ring records.
     records: Vec<RingRecord>,
-    /// Follower: appends ahead of the log, by previous index, with when they arrived
-    /// (bounded by [`MAX_HELD`]).
+    /// Follower: appends ahead of the log, by previous index (bounded by [`MAX_HELD`] and
+    /// [`MAX_HELD_BYTES`]).
     held: Held,
     /// Leader: the last retransmission per follower address (its position, when; bounded by
     /// `RETX_REMEMBERED`).
@@ -138,11 +138,17 @@ pub struct DataPlaneHost<P: DataPlane> {
     urgent: bool,
 }
 
-/// A follower's held appends by previous index, with when each arrived, and their bytes.
+/// A follower's held appends by previous index, their bytes, and since when the oldest has
+/// waited without a retransmission asked for (O(1) to look at: the replica loop looks at it
+/// after every ring drain).
 #[derive(Default)]
 struct Held {
-    map: BTreeMap<u64, (Time, Vec<u8>)>,
+    map: BTreeMap<u64, Vec<u8>>,
     bytes: usize,
+    /// When the oldest held append arrived, or the last retransmission was asked for after
+    /// it; `None` when nothing is held. Removing appends leaves it as it is: an older time
+    /// only asks a little sooner (and asking is spaced).
+    since: Option<Time>,
 }
 
 impl Held {
@@ -156,27 +162,35 @@ impl Held {
 
     fn insert(&mut self, prev: u64, at: Time, pkt: Vec<u8>) {
         self.bytes += pkt.len();
-        if let Some((_, old)) = self.map.insert(prev, (at, pkt)) {
+        self.since.get_or_insert(at);
+        if let Some(old) = self.map.insert(prev, pkt) {
             self.bytes -= old.len();
         }
     }
 
     fn remove(&mut self, prev: u64) -> Option<Vec<u8>> {
-        let (_, pkt) = self.map.remove(&prev)?;
-        self.bytes -= pkt.len();
+        let pkt = self.map.remove(&prev)?;
+        self.taken(pkt.len());
         Some(pkt)
     }
 
     fn pop_first(&mut self) -> Option<u64> {
-        let (i, (_, pkt)) = self.map.pop_first()?;
-        self.bytes -= pkt.len();
+        let (i, pkt) = self.map.pop_first()?;
+        self.taken(pkt.len());
         Some(i)
     }
 
     fn pop_last(&mut self) -> Option<u64> {
-        let (i, (_, pkt)) = self.map.pop_last()?;
-        self.bytes -= pkt.len();
+        let (i, pkt) = self.map.pop_last()?;
+        self.taken(pkt.len());
         Some(i)
+    }
+
+    fn taken(&mut self, bytes: usize) {
+        self.bytes -= bytes;
+        if self.map.is_empty() {
+            self.since = None;
+        }
     }
 
     fn first(&self) -> Option<u64> {
@@ -186,6 +200,7 @@ impl Held {
     fn clear(&mut self) {
         self.map.clear();
         self.bytes = 0;
+        self.since = None;
     }
 }
 
@@ -659,7 +674,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
     /// A held append whose gap did not fill in time, or more held than reordering explains
     /// ([`REORDER_SPAN`]): ask the leader to retransmit.
     fn held_timeout(&mut self, raft: &Raft, now: Time) {
-        let Some(oldest) = self.held.map.values().map(|(t, _)| *t).min() else {
+        let Some(oldest) = self.held.since else {
             return;
         };
         let last = self.plane.registers().last_index;
@@ -698,8 +713,8 @@ impl<P: DataPlane> DataPlaneHost<P> {
             let _ = self.plane.send_to(&packet(h, &[]), SocketAddr::V4(to));
         }
         self.stats.retx_asked += 1;
-        for (t, _) in self.held.map.values_mut() {
-            *t = now;
+        if self.held.since.is_some() {
+            self.held.since = Some(now);
         }
     }
 
@@ -901,5 +916,28 @@ mod tests {
             "retransmit_exhausted"
         );
         assert_eq!(reason_name(DisableReason::NewTerm), "new_term");
+    }
+
+    #[test]
+    fn held_appends_count_their_bytes_and_the_oldest_wait() {
+        let ms = Duration::from_millis;
+        let mut h = Held::default();
+        assert_eq!((h.len(), h.bytes, h.since), (0, 0, None));
+        h.insert(7, ms(5), vec![0; 10]);
+        h.insert(9, ms(6), vec![0; 30]);
+        h.insert(7, ms(7), vec![0; 20]); // the same append again, another size
+        assert_eq!((h.len(), h.bytes, h.since), (2, 50, Some(ms(5))));
+        assert_eq!(h.first(), Some(7));
+        assert_eq!(h.remove(7).map(|p| p.len()), Some(20));
+        assert_eq!(h.remove(7), None);
+        assert_eq!((h.bytes, h.since), (30, Some(ms(5))), "an older wait stays");
+        assert_eq!(h.pop_last(), Some(9));
+        assert_eq!((h.len(), h.bytes, h.since), (0, 0, None), "empty: no wait");
+        h.insert(3, ms(9), vec![0; 4]);
+        h.insert(4, ms(10), vec![0; 4]);
+        assert_eq!(h.pop_first(), Some(3));
+        assert_eq!((h.bytes, h.since), (4, Some(ms(9))));
+        h.clear();
+        assert_eq!((h.len(), h.bytes, h.since), (0, 0, None));
     }
 }
