@@ -304,6 +304,28 @@ impl<P: DataPlane> DataPlaneHost<P> {
         }
     }
 
+    /// A leader whose data plane is on: the lowest match index of its followers there (the
+    /// registers: acks never reach the core while it is on). Compaction keeps the entries
+    /// after it for a while (`Compaction::taken`): a follower a little behind is retransmitted
+    /// to from the log instead of being handed off. `None` otherwise.
+    pub fn lowest_match(&self, raft: &Raft) -> Option<u64> {
+        if raft.role() != Role::Leader
+            || !matches!(raft.dataplane_state(), DataPlaneState::On { .. })
+        {
+            return None;
+        }
+        let r = self.plane.registers();
+        let n = (r.n_nodes as usize).min(fp::MAX_NODES);
+        (r.enabled != 0)
+            .then(|| {
+                (0..n)
+                    .filter(|&i| r.ids[i] != self.id)
+                    .map(|i| r.match_index[i])
+                    .min()
+            })
+            .flatten()
+    }
+
     /// A header of `kind` from this replica.
     pub fn header(&self, kind: u8) -> fp::Header {
         fp::Header {

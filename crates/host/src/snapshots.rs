@@ -4,7 +4,8 @@
 //! the log keeps a trailing window: the core is compacted to the snapshot before the newest,
 //! so that a follower that fell briefly behind catches up from the log, not from a snapshot.
 //! A snapshot transfer that is progressing holds compaction off
-//! ([`waverunner_raft::Raft::snapshot_in_transfer`]).
+//! ([`waverunner_raft::Raft::snapshot_in_transfer`]), and so, for up to
+//! [`DATA_PLANE_HOLD_PERIODS`] periods, does a data-plane follower behind the window.
 
 use waverunner_raft::{Bytes, Raft, Role, Snapshot};
 
@@ -15,6 +16,10 @@ use waverunner_raft::{Bytes, Raft, Role, Snapshot};
 /// bytes per 100-byte key at a million keys, 1.8× Redis's memory per key in all
 /// (docs/bench.md, bench scale).
 pub const LOG_SHARE: u64 = 16;
+
+/// Periods of log a leader keeps at most for a data-plane follower that is behind the
+/// trailing window (see [`Compaction::taken`]): further behind, it needs a snapshot anyway.
+pub const DATA_PLANE_HOLD_PERIODS: u64 = 4;
 
 /// A replica's compaction policy and its newest snapshot.
 #[derive(Debug)]
@@ -106,9 +111,20 @@ impl Compaction {
 
     /// A snapshot was written: it is the newest, and the core is compacted to the one before
     /// it (the trailing window) — or to it, if the window would span two periods or more —
-    /// unless a transfer of the core's snapshot is progressing (then at the next one). Returns the data of the snapshot the core dropped, for the caller to
-    /// free (unmapping hundreds of megabytes is slow: the node frees it off its loop).
-    pub fn taken(&mut self, raft: &mut Raft, snap: Snapshot) -> Option<Bytes> {
+    /// unless a transfer of the core's snapshot is progressing (then at the next one).
+    /// `dp_needed`: a leader whose data plane is on, the lowest match index of its followers
+    /// there (`DataPlaneHost::lowest_match`); while compacting would drop entries such a
+    /// follower still needs, the log is kept, up to [`DATA_PLANE_HOLD_PERIODS`] periods: the
+    /// data plane retransmits to a follower from the log, and one behind the log is handed
+    /// off to software (`SnapshotNeeded`). Returns the data of the snapshot the core dropped,
+    /// for the caller to free (unmapping hundreds of megabytes is slow: the node frees it off
+    /// its loop).
+    pub fn taken(
+        &mut self,
+        raft: &mut Raft,
+        snap: Snapshot,
+        dp_needed: Option<u64>,
+    ) -> Option<Bytes> {
         assert!(
             self.next
                 .as_ref()
@@ -123,7 +139,8 @@ impl Compaction {
         let floor = prev
             .as_ref()
             .map_or(raft.snapshot_index(), |p| p.meta.index);
-        let to = if newest >= floor + 2 * self.entries {
+        let to_newest = newest >= floor + 2 * self.entries;
+        let to = if to_newest {
             // The window from the one before would hold two periods or more (the first
             // snapshot after replaying a long log, or after applying a long run of entries
             // committed at once): to the newest, so that the log never holds much more than
@@ -132,6 +149,13 @@ impl Compaction {
         } else {
             prev?
         };
+        let behind = dp_needed.is_some_and(|m| m < to.meta.index);
+        if behind && newest < raft.snapshot_index() + DATA_PLANE_HOLD_PERIODS * self.entries {
+            if to_newest {
+                self.next = Some(to);
+            }
+            return None;
+        }
         let old = raft.snapshot().map(|s| s.data.clone());
         raft.compact(to.meta.index, to.data).ok().and(old)
     }
@@ -180,7 +204,7 @@ mod tests {
         assert!(c.due(&r, 30, 0));
         c.started();
         let s = snap(&r, 30);
-        c.taken(&mut r, s);
+        c.taken(&mut r, s, None);
         assert_eq!(r.first_index(), 1, "one period: nothing compacted yet");
         assert_eq!(c.base(&r), 30);
         assert!(!c.due(&r, 59, 0), "not before a period after the newest");
@@ -188,7 +212,7 @@ mod tests {
         assert!(c.due(&r, 60, 0));
         c.started();
         let s = snap(&r, 60);
-        c.taken(&mut r, s);
+        c.taken(&mut r, s, None);
         assert_eq!(
             r.first_index(),
             31,
@@ -211,7 +235,7 @@ mod tests {
         let mut c = Compaction::new(30, u64::MAX);
         c.started();
         let s = snap(r, 30);
-        c.taken(r, s);
+        c.taken(r, s, None);
         assert_eq!(r.first_index(), 1, "the window: nothing compacted at first");
         assert!(c.settle(r).is_none(), "no snapshot dropped: there was none");
         assert_eq!(
@@ -224,7 +248,7 @@ mod tests {
         assert!(lagging.applied_index() >= 30);
         let mut c = Compaction::new(30, u64::MAX);
         let s = snap(&lagging, 30);
-        c.taken(&mut lagging, s);
+        c.taken(&mut lagging, s, None);
         assert!(c.settle(&mut lagging).is_none());
         assert_eq!(
             lagging.first_index(),
@@ -238,7 +262,7 @@ mod tests {
         let mut r = leader_with(100);
         let mut c = Compaction::new(30, u64::MAX);
         let s = snap(&r, 90);
-        c.taken(&mut r, s);
+        c.taken(&mut r, s, None);
         assert_eq!(r.first_index(), 91, "the log held three periods before it");
         assert!(c.newest().is_none(), "the core holds the newest");
     }
@@ -248,14 +272,43 @@ mod tests {
         let mut r = leader_with(200);
         let mut c = Compaction::new(30, u64::MAX);
         let s = snap(&r, 30);
-        c.taken(&mut r, s);
+        c.taken(&mut r, s, None);
         let s = snap(&r, 150);
-        c.taken(&mut r, s);
+        c.taken(&mut r, s, None);
         assert_eq!(
             r.first_index(),
             151,
             "120 entries since the one before: to the newest"
         );
+    }
+
+    /// A data-plane follower behind the trailing window keeps the log for it, for at most
+    /// `DATA_PLANE_HOLD_PERIODS` periods; one that caught up lets it go at the next snapshot.
+    #[test]
+    fn a_lagging_data_plane_follower_keeps_the_log_for_a_while() {
+        let mut r = leader_with(300);
+        let mut c = Compaction::new(30, u64::MAX);
+        let s = snap(&r, 30);
+        c.taken(&mut r, s, Some(10));
+        let s = snap(&r, 60);
+        c.taken(&mut r, s, Some(10));
+        assert_eq!(r.first_index(), 1, "the follower at 10 needs 11..");
+        let s = snap(&r, 90);
+        c.taken(&mut r, s, Some(10));
+        assert_eq!(r.first_index(), 1);
+        let s = snap(&r, 120);
+        c.taken(&mut r, s, Some(10));
+        assert_eq!(
+            r.first_index(),
+            91,
+            "four periods kept: compacted anyway, to the one before the newest"
+        );
+        let s = snap(&r, 150);
+        c.taken(&mut r, s, Some(140));
+        assert_eq!(r.first_index(), 121, "caught up: as without a data plane");
+        let s = snap(&r, 180);
+        c.taken(&mut r, s, Some(175));
+        assert_eq!(r.first_index(), 151);
     }
 
     #[test]
@@ -276,7 +329,7 @@ mod tests {
         let mut r = leader_with(100);
         let mut c = Compaction::new(30, u64::MAX);
         let s = snap(&r, 40);
-        c.taken(&mut r, s);
+        c.taken(&mut r, s, None);
         c.installed(50);
         assert!(c.newest().is_none());
     }

@@ -1463,7 +1463,8 @@ impl<S: StateMachine> Replica<S> {
             );
             // The core drops the snapshot it held; the last reference is freed off the loop
             // (unmapping hundreds of megabytes took the loop 100–350 ms).
-            free_off_loop(self.compaction.taken(&mut self.raft, snap));
+            let dp_needed = self.dp.as_ref().and_then(|d| d.lowest_match(&self.raft));
+            free_off_loop(self.compaction.taken(&mut self.raft, snap, dp_needed));
         }
         // Who asked reads `/status` next: it shows this snapshot.
         self.publish();

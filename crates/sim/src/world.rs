@@ -1086,7 +1086,8 @@ impl World {
                     };
                     n.disk.snapshot = Some(snap.clone());
                     n.disk.entries.retain(|e| e.index > at);
-                    n.compaction.taken(raft, snap);
+                    let dp_needed = n.host.lowest_match(raft);
+                    n.compaction.taken(raft, snap, dp_needed);
                 }
             }
             n.compaction.settle(raft);
