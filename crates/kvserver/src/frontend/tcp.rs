@@ -295,6 +295,15 @@ struct Conn {
     closing: bool,
     /// Not read any more (closing, or the peer closed its side).
     read_done: bool,
+    /// The socket may hold unread bytes: set by a readable event (and at accept), cleared
+    /// once a read comes back short or would block. Edge-triggered epoll reports every
+    /// arrival after that read as a new event, so a short read needs no second read to learn
+    /// that the socket is empty (it was two extra `recvfrom` per request: one after the
+    /// request, one after its answer was written).
+    readable: bool,
+    /// The peer's end of stream (or an error) was reported: read until a read says so, even
+    /// after short reads (the end may have come with the last bytes, in the same event).
+    hup: bool,
     /// A blocking pop waiting: nothing after it is submitted until it answers.
     parked: Option<Parked>,
     /// A blocking pop has waited and not answered yet (parked, or probing): a blocked client
@@ -411,7 +420,16 @@ pub fn serve(
                     let (l, proto) = &mut ls[t - LISTENER0];
                     lp.accept(poll.registry(), l, *proto);
                 }
-                Token(t) => lp.pump(t - CONN0),
+                Token(t) => {
+                    let i = t - CONN0;
+                    if let Some(Some(c)) = lp.conns.get_mut(i) {
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            c.readable = true;
+                        }
+                        c.hup |= ev.is_read_closed() || ev.is_error();
+                    }
+                    lp.pump(i);
+                }
             }
         }
         lp.check_parked();
@@ -515,6 +533,8 @@ impl Loop {
                 queued: false,
                 closing: false,
                 read_done: false,
+                readable: true,
+                hup: false,
                 parked: None,
                 asks: Vec::new(),
                 unblock: None,
@@ -869,6 +889,9 @@ impl Conn {
                 self.closing = true;
                 continue;
             }
+            if !self.readable {
+                return true; // read empty since the last edge: the next one brings more
+            }
             match self.read(scratch) {
                 Ok(true) => continue,
                 Ok(false) => return true, // would block: the next edge brings more
@@ -1077,6 +1100,9 @@ impl Conn {
                 Ok(true)
             }
             Ok(n) => {
+                if n < scratch.len() && !self.hup {
+                    self.readable = false; // a short read emptied the socket
+                }
                 self.inbuf.extend_from_slice(&scratch[..n]);
                 if self.skip > 0 {
                     let k = self.skip.min(self.inbuf.len() - self.parsed);
@@ -1085,7 +1111,10 @@ impl Conn {
                 }
                 Ok(true)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.readable = false;
+                Ok(false)
+            }
             Err(e) => Err(e),
         }
     }
