@@ -461,19 +461,24 @@ impl XdpProgram {
             self.reader_asleep.store(false, Ordering::SeqCst);
             return n;
         }
+        self.wait_ring(timeout.as_millis().min(i32::MAX as u128) as i32);
+        self.reader_asleep.store(false, Ordering::SeqCst);
+        self.consume(max)
+    }
+
+    /// Sleeps on the ring's epoll for at most `ms` (a wake record cuts it short). An error
+    /// other than an interrupt is logged and slept off, so a broken descriptor cannot spin.
+    fn wait_ring(&self, ms: i32) {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: the epoll fd lives as long as `self`; one event buffer.
         let r = unsafe { libc::epoll_wait(self.ring_epoll, &mut ev, 1, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::warn!("xdp-ring: epoll_wait: {e}");
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(ms.clamp(1, 10) as u64));
             }
         }
-        self.reader_asleep.store(false, Ordering::SeqCst);
-        self.consume(max)
     }
 
     /// The caller drains the ring itself ([`XdpProgram::drain`]) after what it runs next: until
@@ -506,13 +511,7 @@ impl XdpProgram {
     /// Sleeps on the ring for at most `t` without asking to be woken: only a wake record
     /// rung for another reason (the host turned [`XdpProgram::want_wakeups`] on) cuts it short.
     pub fn nap(&self, t: Duration) {
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: the epoll fd lives as long as `self`; one event buffer.
-        let r = unsafe { libc::epoll_wait(self.ring_epoll, &mut ev, 1, ms) };
-        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            std::thread::sleep(t);
-        }
+        self.wait_ring(t.as_millis().clamp(1, i32::MAX as u128) as i32);
     }
 
     /// Whether [`XdpProgram::hold_wakeups`] was called since the last drain.
