@@ -251,7 +251,7 @@ fn overload_is_a_state_not_an_election() {
     overload("off", 0);
 }
 
-/// The user-space data plane: none in 24 phases measured (`docs/chaos.md` "Overload"); a
+/// The user-space data plane: none in 18 phases measured (`docs/chaos.md` "Overload"); a
 /// follower that loses an append holds the later ones until it is retransmitted. At most one
 /// here, where the machine may be busier than when measured.
 #[test]
