@@ -342,6 +342,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	__u64 n;
 	__u16 src_port;
 	int from_self;
+	struct fp_gap_clock gap_clock;
 
 	if (pk->plen < FP_HDR_LEN || data + WR_PAYLOAD_OFF > data_end ||
 	    fp_parse(data + WR_FP_OFF, pk->plen, in) != 0) {
@@ -381,6 +382,14 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		cnt->punted++;
 		return wr_to_host(ctx);
 	}
+	/* Past the window: one a while reaches the gap rule (fp_gap_throttled_inline). */
+	gap_clock.now_ns = bpf_ktime_get_ns();
+	gap_clock.last_pass_ns = gap_pass_ns;
+	if (fp_gap_throttled_inline(&regs, in, from_self, reorder_window, &gap_clock)) {
+		cnt->dropped++;
+		return XDP_DROP;
+	}
+	gap_pass_ns = gap_clock.last_pass_ns;
 
 	/*
 	 * Overload: shed a client's request with a busy reply rather than take it and drop

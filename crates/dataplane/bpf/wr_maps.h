@@ -31,6 +31,7 @@ __u16 fp_port;                     /* the fast-path UDP port (network order); 0 
 __u8 self_mac[6];                  /* our interface's MAC address */
 __u32 blind_reply_len;             /* bytes of blind_reply_body; 0 = the host answers */
 __u32 reorder_window;              /* follower: appends up to this far ahead go to the host; 0 = off */
+__u64 gap_pass_ns;                 /* follower: when an append past the window last reached the gap rule */
 __u32 ring_waiting;                /* 1: the ring's reader sleeps and wants a wake record (wr_ring.h) */
 __u8 blind_reply_body[WR_BODY_MAX];
 

@@ -223,6 +223,7 @@ impl UdpDataPlane {
             dirty: false,
             halted: false,
             now_ns: 0,
+            gap_pass_ns: 0,
             now_ms: 0,
         };
         let thread = std::thread::Builder::new()
@@ -637,6 +638,8 @@ struct Worker {
     halted: bool,
     /// Clock of the current batch.
     now_ns: u64,
+    /// Follower: when an append past the hold window last reached the gap rule.
+    gap_pass_ns: u64,
     now_ms: u64,
 }
 
@@ -801,6 +804,12 @@ impl Worker {
         if fp::hold(&self.regs, &hdr, pushed, window) {
             self.delta.punted += 1;
             self.to_host(src, pkt);
+            return;
+        }
+        // Past the window: one a while reaches the gap rule (the XDP program's rule).
+        let now = self.now_ns;
+        if fp::gap_throttled(&self.regs, &hdr, pushed, window, now, &mut self.gap_pass_ns) {
+            self.delta.dropped += 1;
             return;
         }
         // Only these can add ring records; the rest (REJECT, RETX_REQ, ...) still reach the

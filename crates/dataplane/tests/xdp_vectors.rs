@@ -371,3 +371,66 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
         "xdp shedding: {ordered} requests ordered before the ring passed the admission share"
     );
 }
+
+/// A follower past its hold window: the handler's gap rule sees at most one append per
+/// `GAP_PASS_NS` (the rest are dropped), so its budget of retransmission requests lasts about
+/// 1.3 s whatever the rate; within the window an append goes to the host to be held.
+#[test]
+fn xdp_follower_past_its_window_lets_one_append_a_while_reach_the_gap_rule() {
+    if !root_or_skip("xdp_follower_past_its_window_lets_one_append_a_while_reach_the_gap_rule") {
+        return;
+    }
+    use waverunner_fastpath::{Header, APPEND, GAP_PASS_NS};
+    let prog = load(b"");
+    prog.set_reorder_window(4);
+    let mut regs = Registers {
+        self_id: 2,
+        leader_id: 1,
+        group_id: 1,
+        term: 2,
+        last_index: 5,
+        last_term: 2,
+        commit_index: 5,
+        term_start_index: 5,
+        enabled: 1,
+        ..Default::default()
+    };
+    regs.set_voters(&[1, 2, 3]);
+    prog.write_registers(&regs);
+    let append = |prev: u64| {
+        let h = Header {
+            kind: APPEND,
+            len: 3,
+            term: 2,
+            from: 1,
+            index: prev,
+            log_term: 2,
+            ..Header::new(1)
+        };
+        let mut b = Vec::new();
+        h.encode(b"abc", &mut b);
+        frame_from_peer(&b)
+    };
+    let t0 = std::time::Instant::now();
+    let verdicts: Vec<u32> = (0..40)
+        .map(|i| prog.test_run(&append(100 + i)).expect("run").verdict)
+        .collect();
+    assert!(
+        t0.elapsed().as_nanos() < u128::from(GAP_PASS_NS),
+        "the runs took longer than a pass interval: nothing to check"
+    );
+    let after = prog.read_registers();
+    assert_eq!(
+        (after.gap_count, after.retx_requests, after.last_index),
+        (1, 1, 5),
+        "one append reached the gap rule (its first RETX_REQ)"
+    );
+    assert_eq!(verdicts.iter().filter(|&&v| v == XDP_DROP).count(), 39);
+    assert_eq!(prog.counters().retx_requests, 1);
+    // Within the window: to the host, whatever the throttle.
+    assert_eq!(prog.test_run(&append(7)).expect("run").verdict, XDP_PASS);
+    // A pass interval later, the next one reaches the rule again.
+    std::thread::sleep(std::time::Duration::from_nanos(GAP_PASS_NS));
+    prog.test_run(&append(200)).expect("run");
+    assert_eq!(prog.read_registers().gap_count, 2);
+}

@@ -351,6 +351,39 @@ static __always_inline int fp_hold_inline(const struct fp_registers *r,
 	       in->index > r->last_index && in->index <= r->last_index + window;
 }
 
+/*
+ * Follower, an append of its term past the hold window (docs/dataplane.md
+ * "Reordering"): the handler's gap rule asks for a retransmission every
+ * FP_RETX_EVERY such appends and halts after FP_MAX_RETX_REQUESTS without
+ * progress. Counted in appends, that budget lasted about 3 ms at 40 000
+ * appends/s, less than a busy leader's host takes to retransmit. Letting the
+ * rule see at most one such append per FP_GAP_PASS_NS (the rest are dropped:
+ * the host's own requests go on asking) makes it about 1.3 s, whatever the
+ * rate. Whether to drop this one; `c` is the caller's clock, its last pass
+ * updated when one passes. `window` 0: never throttled (the handler's vectors).
+ */
+#define FP_GAP_PASS_NS 10000000ULL
+
+struct fp_gap_clock {
+	__u64 now_ns;       /* the caller's monotonic clock */
+	__u64 last_pass_ns; /* when an append past the window last reached the gap rule */
+};
+
+static __always_inline int fp_gap_throttled_inline(const struct fp_registers *r,
+						   const struct fp_hdr *in,
+						   int from_self, __u32 window,
+						   struct fp_gap_clock *c)
+{
+	if (!window || in->type != FP_APPEND || from_self || r->is_leader ||
+	    in->term != r->term || (__u64)in->group_id != r->group_id ||
+	    in->index <= r->last_index + window)
+		return 0;
+	if (c->now_ns - c->last_pass_ns < FP_GAP_PASS_NS)
+		return 1;
+	c->last_pass_ns = c->now_ns;
+	return 0;
+}
+
 /* Out-of-line entry points (handler.c) for user space: the Rust FFI. */
 int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 	      struct fp_out *out);
@@ -358,6 +391,8 @@ int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self
 	    __u64 ring_used, __u64 ring_size);
 int fp_hold(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
 	    __u32 window);
+int fp_gap_throttled(const struct fp_registers *r, const struct fp_hdr *in,
+		     int from_self, __u32 window, struct fp_gap_clock *c);
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
 int fp_write_ffi(const struct fp_hdr *h, void *buf);
 

@@ -20,6 +20,13 @@ extern "C" {
         from_self: i32,
         window: u32,
     ) -> i32;
+    pub(crate) fn fp_gap_throttled(
+        r: *const Registers,
+        input: *const Header,
+        from_self: i32,
+        window: u32,
+        clock: *mut [u64; 2],
+    ) -> i32;
     fn fp_parse_ffi(buf: *const u8, len: u32, out: *mut Header) -> i32;
     fn fp_write_ffi(h: *const Header, buf: *mut u8) -> i32;
     #[cfg(test)]

@@ -279,6 +279,32 @@ pub fn hold(regs: &Registers, hdr: &Header, from_self: bool, window: u32) -> boo
     unsafe { crate::ffi::fp_hold(regs, hdr, i32::from(from_self), window) != 0 }
 }
 
+/// The handler's gap rule sees at most one append past the hold window per this many
+/// nanoseconds (`FP_GAP_PASS_NS`).
+pub const GAP_PASS_NS: u64 = 10_000_000;
+
+/// Whether a follower's data plane drops `hdr`, an append past the hold window, without the
+/// handler's gap rule seeing it: the C `fp_gap_throttled`, the rule the XDP program applies.
+/// `last_pass_ns` is the caller's (updated when one passes); `now_ns` any monotonic clock.
+pub fn gap_throttled(
+    regs: &Registers,
+    hdr: &Header,
+    from_self: bool,
+    window: u32,
+    now_ns: u64,
+    last_pass_ns: &mut u64,
+) -> bool {
+    // `struct fp_gap_clock`: two u64, the clock and the last pass.
+    let mut clock = [now_ns, *last_pass_ns];
+    // SAFETY: the pointers come from live `#[repr(C)]` mirrors checked against the C structs
+    // and a live pair of u64 laid out as the C struct; `fp_gap_throttled` keeps none of them.
+    let throttled = unsafe {
+        crate::ffi::fp_gap_throttled(regs, hdr, i32::from(from_self), window, &mut clock) != 0
+    };
+    *last_pass_ns = clock[1];
+    throttled
+}
+
 /// The busy reply a leader sends for client request `hdr` (with `payload`) it sheds: a
 /// `CLIENT_REPLY` with status RETRY and body `busy`, its `seq`, and as `index` the request id
 /// of its envelope (0 if it is not one), so that a replica that forwarded it can tell which.
@@ -360,6 +386,67 @@ mod tests {
             ..app(101)
         };
         assert!(!hold(&regs, &req, false, 8));
+    }
+
+    #[test]
+    fn past_the_window_one_append_a_while_reaches_the_gap_rule() {
+        use crate::wire::{Header, APPEND};
+        let regs = Registers {
+            enabled: 1,
+            term: 3,
+            group_id: 1,
+            last_index: 100,
+            ..Registers::default()
+        };
+        let far = Header {
+            kind: APPEND,
+            term: 3,
+            index: 109,
+            ..Header::new(1)
+        };
+        let mut last = 0;
+        let t = 5 * GAP_PASS_NS;
+        assert!(
+            !gap_throttled(&regs, &far, false, 8, t, &mut last),
+            "the first passes"
+        );
+        assert_eq!(last, t);
+        assert!(gap_throttled(
+            &regs,
+            &far,
+            false,
+            8,
+            t + GAP_PASS_NS - 1,
+            &mut last
+        ));
+        assert!(!gap_throttled(
+            &regs,
+            &far,
+            false,
+            8,
+            t + GAP_PASS_NS,
+            &mut last
+        ));
+        assert_eq!(last, t + GAP_PASS_NS);
+        // Never: within the window, window 0, pushed, a leader, another term.
+        let near = Header { index: 108, ..far };
+        assert!(!gap_throttled(&regs, &near, false, 8, t, &mut last));
+        assert!(!gap_throttled(&regs, &far, false, 0, t, &mut last));
+        assert!(!gap_throttled(&regs, &far, true, 8, t, &mut last));
+        let leader = Registers {
+            is_leader: 1,
+            ..regs
+        };
+        assert!(!gap_throttled(&leader, &far, false, 8, t, &mut last));
+        assert!(!gap_throttled(
+            &regs,
+            &Header { term: 4, ..far },
+            false,
+            8,
+            t,
+            &mut last
+        ));
+        assert_eq!(last, t + GAP_PASS_NS, "none of those counts as a pass");
     }
 
     #[test]

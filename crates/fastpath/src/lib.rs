@@ -31,9 +31,9 @@ mod wire;
 
 pub use ffi::{parse_c, write_c};
 pub use handler::{
-    busy_reply, handle, hold, shed, Actions, HaltReason, Output, HALT_LOG_MISMATCH,
-    HALT_REJECT_RECEIVED, HALT_RETX_EXHAUSTED, HALT_TERM_MISMATCH, HALT_UNKNOWN_PEER,
-    REORDER_WINDOW, SHED_INFLIGHT, SHED_RING_SHARE,
+    busy_reply, gap_throttled, handle, hold, shed, Actions, HaltReason, Output, GAP_PASS_NS,
+    HALT_LOG_MISMATCH, HALT_REJECT_RECEIVED, HALT_RETX_EXHAUSTED, HALT_TERM_MISMATCH,
+    HALT_UNKNOWN_PEER, REORDER_WINDOW, SHED_INFLIGHT, SHED_RING_SHARE,
 };
 pub use registers::{Registers, MAX_NODES, MAX_RETX_REQUESTS, RETX_EVERY, R_DEFER_ACK};
 pub use wire::{

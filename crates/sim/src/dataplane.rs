@@ -70,6 +70,11 @@ pub struct SimDataPlane {
     /// Follower: appends at most this far ahead of the log go to the host to be held
     /// (`fp::hold`, the rule the XDP and `udp` data planes apply; 0: never).
     hold_window: u32,
+    /// The world's clock (ns), set before each packet: past the window, one append per
+    /// `fp::GAP_PASS_NS` reaches the handler's gap rule (`fp::gap_throttled`).
+    pub now_ns: u64,
+    /// When an append past the window last reached the gap rule.
+    gap_pass_ns: u64,
 }
 
 impl SimDataPlane {
@@ -93,6 +98,8 @@ impl SimDataPlane {
             dropped: 0,
             shed: 0,
             hold_window,
+            now_ns: 0,
+            gap_pass_ns: 0,
         }
     }
 
@@ -130,6 +137,12 @@ impl SimDataPlane {
         if fp::hold(&self.regs, hdr, pushed, self.hold_window) {
             self.punted += 1;
             to_host(out);
+            return;
+        }
+        // Past the window: one a while reaches the gap rule, by the same rule as XDP.
+        let (window, now) = (self.hold_window, self.now_ns);
+        if fp::gap_throttled(&self.regs, hdr, pushed, window, now, &mut self.gap_pass_ns) {
+            self.dropped += 1;
             return;
         }
         // Overload: a busy reply instead of an entry, by the same rule as XDP and `udp`.

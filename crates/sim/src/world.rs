@@ -834,12 +834,9 @@ impl World {
 
     /// A fast-path packet arrives at `id`: through the data plane first, as in XDP.
     fn fast_ingress(&mut self, id: NodeId, from: NodeId, hdr: fp::Header, payload: Vec<u8>) {
-        self.nodes
-            .get_mut(&id)
-            .unwrap()
-            .host
-            .plane
-            .receive(from, &hdr, &payload);
+        let plane = &mut self.nodes.get_mut(&id).unwrap().host.plane;
+        plane.now_ns = self.now * 1_000;
+        plane.receive(from, &hdr, &payload);
         self.flush_plane(id);
         self.drive(id);
     }
