@@ -259,12 +259,13 @@ fn overload_with_the_udp_data_plane_is_a_state() {
     overload("udp", 1);
 }
 
-/// The XDP data plane: the same; 5 term changes in 51 phases measured, then none in 12 after
-/// compaction kept the log for lagging data-plane followers (`docs/chaos.md` "Overload").
-/// Before those changes, seed 7 changed terms 10 times in one run.
+/// The XDP data plane: the same, with at most 4 term changes. Measured: at most 2 in any of
+/// 16 runs after this session's changes, 9 in 47 phases in all (`docs/chaos.md` "Overload":
+/// followers whose hosts the machine starved for a second or more). Before those changes
+/// seed 7 changed terms 7–10 times a run.
 #[test]
 fn overload_with_the_xdp_data_plane_is_a_state() {
-    overload("xdp", 2);
+    overload("xdp", 4);
 }
 
 #[test]
