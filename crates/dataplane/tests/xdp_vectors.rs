@@ -383,20 +383,12 @@ fn xdp_follower_past_its_window_lets_one_append_a_while_reach_the_gap_rule() {
     use waverunner_fastpath::{Header, APPEND, GAP_PASS_NS};
     let prog = load(b"");
     prog.set_reorder_window(4);
-    let mut regs = Registers {
+    // Follower 2 of the same group, term and log.
+    prog.write_registers(&Registers {
         self_id: 2,
-        leader_id: 1,
-        group_id: 1,
-        term: 2,
-        last_index: 5,
-        last_term: 2,
-        commit_index: 5,
-        term_start_index: 5,
-        enabled: 1,
-        ..Default::default()
-    };
-    regs.set_voters(&[1, 2, 3]);
-    prog.write_registers(&regs);
+        is_leader: 0,
+        ..leader_regs(&[1, 2, 3])
+    });
     let append = |prev: u64| {
         let h = Header {
             kind: APPEND,

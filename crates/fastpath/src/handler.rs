@@ -331,16 +331,21 @@ pub fn busy_reply(regs: &Registers, hdr: &Header, payload: &[u8]) -> (Header, Ve
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_follower_holds_appends_of_its_term_within_the_window_ahead_of_its_log() {
-        use crate::wire::{Header, APPEND, CLIENT_REQUEST};
-        let regs = Registers {
+    /// A follower's registers in term 3 of group 1, its log ending at 100.
+    fn follower_at_100() -> Registers {
+        Registers {
             enabled: 1,
             term: 3,
             group_id: 1,
             last_index: 100,
             ..Registers::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_follower_holds_appends_of_its_term_within_the_window_ahead_of_its_log() {
+        use crate::wire::{Header, APPEND, CLIENT_REQUEST};
+        let regs = follower_at_100();
         let app = |index| Header {
             kind: APPEND,
             term: 3,
@@ -391,13 +396,7 @@ mod tests {
     #[test]
     fn past_the_window_one_append_a_while_reaches_the_gap_rule() {
         use crate::wire::{Header, APPEND};
-        let regs = Registers {
-            enabled: 1,
-            term: 3,
-            group_id: 1,
-            last_index: 100,
-            ..Registers::default()
-        };
+        let regs = follower_at_100();
         let far = Header {
             kind: APPEND,
             term: 3,
