@@ -345,28 +345,46 @@ impl XdpProgram {
     /// `XDP_PASS` hands it to that interface's stack; `ifindex` is looked up in the network
     /// namespace of the calling thread.
     pub fn run_live_batch(&self, frames: &[Vec<u8>], ifindex: u32) -> io::Result<()> {
-        if frames.is_empty() {
+        self.pull(frames.len(), ifindex, |i, slot| {
+            let f = &frames[i];
+            slot.get_mut(..f.len())
+                .map(|s| {
+                    s.copy_from_slice(f);
+                    f.len()
+                })
+                .ok_or_else(too_large)
+        })
+    }
+
+    /// [`XdpProgram::run_live_batch`] on `n` frames that `fill(i, slot)` writes straight into
+    /// push slot `i` (returning the frame's length): the host's pushes are not copied once
+    /// more on the way.
+    fn pull(
+        &self,
+        n: usize,
+        ifindex: u32,
+        mut fill: impl FnMut(usize, &mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        if n == 0 {
             return Ok(());
         }
-        let _one_pull = self.pulling.lock().unwrap_or_else(|e| e.into_inner());
-        if frames.len() > PUSH_SLOTS || frames.iter().any(|f| f.len() > PUSH_FRAME_MAX) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a pull carries at most {PUSH_SLOTS} frames of {PUSH_FRAME_MAX} bytes"),
-            ));
+        if n > PUSH_SLOTS {
+            return Err(too_large());
         }
+        let _one_pull = self.pulling.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: `bss` is the mapped .bss; the slots and counters are read by the program
-        // only during the test run below, which this thread (the only pusher) starts after
-        // writing them (the syscall orders the writes before the program's reads).
+        // only during the test run below, which this thread (the only pusher, under
+        // `pulling`) starts after writing them (the syscall orders the writes before the
+        // program's reads). A slot's frame is PUSH_FRAME_MAX bytes (asserted above).
         unsafe {
             let bss = self.bss;
-            for (i, f) in frames.iter().enumerate() {
+            for i in 0..n {
                 let slot = std::ptr::addr_of_mut!((*bss).push_q[i]);
-                std::ptr::addr_of_mut!((*slot).len).write_volatile(f.len() as u32);
                 let dst = std::ptr::addr_of_mut!((*slot).frame) as *mut u8;
-                std::ptr::copy_nonoverlapping(f.as_ptr(), dst, f.len());
+                let len = fill(i, std::slice::from_raw_parts_mut(dst, PUSH_FRAME_MAX))?;
+                std::ptr::addr_of_mut!((*slot).len).write_volatile(len as u32);
             }
-            std::ptr::addr_of_mut!((*bss).push_count).write_volatile(frames.len() as u32);
+            std::ptr::addr_of_mut!((*bss).push_count).write_volatile(n as u32);
             std::ptr::addr_of_mut!((*bss).push_next).write_volatile(0);
         }
         fence(Ordering::SeqCst);
@@ -385,7 +403,7 @@ impl XdpProgram {
             data_in: Some(&data),
             context_in: Some(&mut ctx),
             flags: TEST_XDP_LIVE_FRAMES,
-            repeat: frames.len() as u32,
+            repeat: n as u32,
             ..Default::default()
         };
         self.skel
@@ -395,10 +413,9 @@ impl XdpProgram {
             .map_err(|e| bpf_err("BPF_PROG_TEST_RUN (pull)", e))?;
         // SAFETY: as above; the program is done with the counters.
         let taken = unsafe { std::ptr::addr_of!((*self.bss).push_next).read_volatile() };
-        if (taken as usize) < frames.len() {
+        if (taken as usize) < n {
             return Err(io::Error::other(format!(
-                "a pull took {taken} of {} frames",
-                frames.len()
+                "a pull took {taken} of {n} frames"
             )));
         }
         Ok(())
@@ -656,6 +673,16 @@ pub fn wall_offset_ns() -> u64 {
     (real - (mono + mono2) / 2).max(0) as u64
 }
 
+fn too_large() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("a pull carries at most {PUSH_SLOTS} frames of {PUSH_FRAME_MAX} bytes"),
+    )
+}
+
+/// Bytes of the Ethernet, IPv4 and UDP headers of [`udp_frame`].
+pub const FRAME_HEADERS: usize = 42;
+
 /// An Ethernet/IPv4/UDP frame (IPv4 checksum set, UDP checksum 0) carrying `payload`.
 pub fn udp_frame(
     src_mac: [u8; 6],
@@ -664,11 +691,25 @@ pub fn udp_frame(
     dst: SocketAddrV4,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut f = Vec::with_capacity(42 + payload.len());
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let tot = (20 + 8 + payload.len()) as u16;
+    let mut f = Vec::with_capacity(FRAME_HEADERS + payload.len());
+    f.extend_from_slice(&frame_headers(src_mac, src, dst_mac, dst, payload.len()));
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The headers of [`udp_frame`] for a payload of `len` bytes.
+fn frame_headers(
+    src_mac: [u8; 6],
+    src: SocketAddrV4,
+    dst_mac: [u8; 6],
+    dst: SocketAddrV4,
+    len: usize,
+) -> [u8; FRAME_HEADERS] {
+    let mut f = [0u8; FRAME_HEADERS];
+    f[..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let tot = (20 + 8 + len) as u16;
     let mut ip = [0u8; 20];
     ip[0] = 0x45;
     ip[2..4].copy_from_slice(&tot.to_be_bytes());
@@ -683,12 +724,10 @@ pub fn udp_frame(
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&src.port().to_be_bytes());
-    f.extend_from_slice(&dst.port().to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
+    f[14..34].copy_from_slice(&ip);
+    f[34..36].copy_from_slice(&src.port().to_be_bytes());
+    f[36..38].copy_from_slice(&dst.port().to_be_bytes());
+    f[38..40].copy_from_slice(&((8 + len) as u16).to_be_bytes());
     f
 }
 
@@ -1050,20 +1089,17 @@ impl DataPlane for XdpDataPlane {
             return Ok(());
         }
         self.prog.hold_wakeups();
+        let (mac, addr) = (self.self_mac, self.self_addr);
         for chunk in pkts.chunks(PUSH_SLOTS) {
-            let frames: Vec<Vec<u8>> = chunk
-                .iter()
-                .map(|p| {
-                    udp_frame(
-                        self.self_mac,
-                        self.self_addr,
-                        self.self_mac,
-                        self.self_addr,
-                        p,
-                    )
-                })
-                .collect();
-            self.prog.run_live_batch(&frames, self.ifindex)?;
+            // Each frame is written into its push slot: headers, then the packet.
+            self.prog.pull(chunk.len(), self.ifindex, |i, slot| {
+                let p = chunk[i];
+                let len = FRAME_HEADERS + p.len();
+                let f = slot.get_mut(..len).ok_or_else(too_large)?;
+                f[..FRAME_HEADERS].copy_from_slice(&frame_headers(mac, addr, mac, addr, p.len()));
+                f[FRAME_HEADERS..].copy_from_slice(p);
+                Ok(len)
+            })?;
         }
         Ok(())
     }
