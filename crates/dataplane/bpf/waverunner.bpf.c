@@ -377,15 +377,17 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		return XDP_DROP;
 	}
 
-	/* An append a little ahead of the log: the host holds it (fp_hold_inline). */
-	if (fp_hold_inline(&regs, in, from_self, reorder_window)) {
-		cnt->punted++;
-		return wr_to_host(ctx);
-	}
-	/* Past the window: one a while reaches the gap rule (fp_gap_throttled_inline). */
+	/*
+	 * An append ahead of the log: the host holds it; past the window, one a while reaches
+	 * the gap rule (fp_ahead_inline).
+	 */
 	gap_clock.now_ns = bpf_ktime_get_ns();
 	gap_clock.last_pass_ns = gap_pass_ns;
-	if (fp_gap_throttled_inline(&regs, in, from_self, reorder_window, &gap_clock)) {
+	switch (fp_ahead_inline(&regs, in, from_self, reorder_window, &gap_clock)) {
+	case FP_AHEAD_HOLD:
+		cnt->punted++;
+		return wr_to_host(ctx);
+	case FP_AHEAD_DROP:
 		cnt->dropped++;
 		return XDP_DROP;
 	}

@@ -141,7 +141,7 @@ struct Shared {
     counters: AtomicCounters,
     latency: Vec<AtomicU64>,
     /// Follower: appends at most this far ahead of the log go to the host to be held
-    /// ([`fp::hold`]; see [`UdpDataPlane::set_reorder_window`]).
+    /// ([`fp::ahead`]; see [`UdpDataPlane::set_reorder_window`]).
     reorder_window: AtomicU32,
 }
 
@@ -798,19 +798,22 @@ impl Worker {
             self.to_host(src, pkt);
             return;
         }
-        // An append a little ahead of the log (one was lost or overtaken): the host holds it
-        // and pushes it back once the gap fills (the XDP program's rule, `fp::hold`).
+        // An append ahead of the log (one was lost or overtaken): the host holds it and
+        // pushes it back once the gap fills; past the window, one a while reaches the gap
+        // rule (the XDP program's rule, `fp::ahead`).
         let window = self.shared.reorder_window.load(Ordering::Relaxed);
-        if fp::hold(&self.regs, &hdr, pushed, window) {
-            self.delta.punted += 1;
-            self.to_host(src, pkt);
-            return;
-        }
-        // Past the window: one a while reaches the gap rule (the XDP program's rule).
         let now = self.now_ns;
-        if fp::gap_throttled(&self.regs, &hdr, pushed, window, now, &mut self.gap_pass_ns) {
-            self.delta.dropped += 1;
-            return;
+        match fp::ahead(&self.regs, &hdr, pushed, window, now, &mut self.gap_pass_ns) {
+            fp::Ahead::Hold => {
+                self.delta.punted += 1;
+                self.to_host(src, pkt);
+                return;
+            }
+            fp::Ahead::Drop => {
+                self.delta.dropped += 1;
+                return;
+            }
+            fp::Ahead::Handler => {}
         }
         // Only these can add ring records; the rest (REJECT, RETX_REQ, ...) still reach the
         // handler and the host when the ring is full.

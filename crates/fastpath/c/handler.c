@@ -20,16 +20,10 @@ int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self
 	return fp_shed_inline(r, in, from_self, ring_used, ring_size);
 }
 
-int fp_hold(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
-	    __u32 window)
+int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
+	     __u32 window, struct fp_gap_clock *c)
 {
-	return fp_hold_inline(r, in, from_self, window);
-}
-
-int fp_gap_throttled(const struct fp_registers *r, const struct fp_hdr *in,
-		     int from_self, __u32 window, struct fp_gap_clock *c)
-{
-	return fp_gap_throttled_inline(r, in, from_self, window, c);
+	return fp_ahead_inline(r, in, from_self, window, c);
 }
 
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out)

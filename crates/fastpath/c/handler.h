@@ -384,15 +384,33 @@ static __always_inline int fp_gap_throttled_inline(const struct fp_registers *r,
 	return 0;
 }
 
+/*
+ * What a follower's data plane does with an input before the handler runs: the
+ * one call of the hold rule and the gap throttle above, for XDP, `udp` and the
+ * simulator alike.
+ */
+#define FP_AHEAD_HANDLER 0 /* the handler runs */
+#define FP_AHEAD_HOLD 1    /* to the host, to be held (fp_hold_inline) */
+#define FP_AHEAD_DROP 2    /* past the window, dropped (fp_gap_throttled_inline) */
+
+static __always_inline int fp_ahead_inline(const struct fp_registers *r,
+					   const struct fp_hdr *in, int from_self,
+					   __u32 window, struct fp_gap_clock *c)
+{
+	if (fp_hold_inline(r, in, from_self, window))
+		return FP_AHEAD_HOLD;
+	if (fp_gap_throttled_inline(r, in, from_self, window, c))
+		return FP_AHEAD_DROP;
+	return FP_AHEAD_HANDLER;
+}
+
 /* Out-of-line entry points (handler.c) for user space: the Rust FFI. */
 int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 	      struct fp_out *out);
 int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
 	    __u64 ring_used, __u64 ring_size);
-int fp_hold(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
-	    __u32 window);
-int fp_gap_throttled(const struct fp_registers *r, const struct fp_hdr *in,
-		     int from_self, __u32 window, struct fp_gap_clock *c);
+int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
+	     __u32 window, struct fp_gap_clock *c);
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
 int fp_write_ffi(const struct fp_hdr *h, void *buf);
 

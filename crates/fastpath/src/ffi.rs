@@ -14,13 +14,7 @@ extern "C" {
         ring_used: u64,
         ring_size: u64,
     ) -> i32;
-    pub(crate) fn fp_hold(
-        r: *const Registers,
-        input: *const Header,
-        from_self: i32,
-        window: u32,
-    ) -> i32;
-    pub(crate) fn fp_gap_throttled(
+    pub(crate) fn fp_ahead(
         r: *const Registers,
         input: *const Header,
         from_self: i32,

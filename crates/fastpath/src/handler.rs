@@ -270,39 +270,47 @@ pub fn shed(
 /// retransmits a lost one in time, `docs/dataplane.md` "Reordering").
 pub const REORDER_WINDOW: u32 = 16_384;
 
-/// Whether a follower's data plane passes `hdr` to the host to be held rather than running
-/// the handler's gap rule: the C `fp_hold`, the rule the XDP program applies. `from_self`:
-/// the host pushed it; `window`: appends ahead of the log at most (0: never).
-pub fn hold(regs: &Registers, hdr: &Header, from_self: bool, window: u32) -> bool {
-    // SAFETY: both pointers come from live `#[repr(C)]` mirrors checked against the C
-    // structs; `fp_hold` only reads them and keeps no pointer.
-    unsafe { crate::ffi::fp_hold(regs, hdr, i32::from(from_self), window) != 0 }
-}
-
 /// The handler's gap rule sees at most one append past the hold window per this many
 /// nanoseconds (`FP_GAP_PASS_NS`).
 pub const GAP_PASS_NS: u64 = 10_000_000;
 
-/// Whether a follower's data plane drops `hdr`, an append past the hold window, without the
-/// handler's gap rule seeing it: the C `fp_gap_throttled`, the rule the XDP program applies.
-/// `last_pass_ns` is the caller's (updated when one passes); `now_ns` any monotonic clock.
-pub fn gap_throttled(
+/// What a follower's data plane does with an input before the handler runs (`FP_AHEAD_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    /// The handler runs.
+    Handler,
+    /// An append of its term at most `window` ahead of the log: to the host, to be held.
+    Hold,
+    /// An append past the window, while the gap rule saw another less than [`GAP_PASS_NS`]
+    /// ago: dropped.
+    Drop,
+}
+
+/// The C `fp_ahead`, the rule the XDP program applies: whether a follower's data plane holds
+/// `hdr` in the host, drops it, or runs the handler. `from_self`: the host pushed it;
+/// `window`: appends ahead of the log held at most (0: never, and nothing is dropped);
+/// `last_pass_ns` is the caller's, updated when an append past the window passes; `now_ns`
+/// any monotonic clock.
+pub fn ahead(
     regs: &Registers,
     hdr: &Header,
     from_self: bool,
     window: u32,
     now_ns: u64,
     last_pass_ns: &mut u64,
-) -> bool {
+) -> Ahead {
     // `struct fp_gap_clock`: two u64, the clock and the last pass.
     let mut clock = [now_ns, *last_pass_ns];
     // SAFETY: the pointers come from live `#[repr(C)]` mirrors checked against the C structs
-    // and a live pair of u64 laid out as the C struct; `fp_gap_throttled` keeps none of them.
-    let throttled = unsafe {
-        crate::ffi::fp_gap_throttled(regs, hdr, i32::from(from_self), window, &mut clock) != 0
-    };
+    // and a live pair of u64 laid out as the C struct; `fp_ahead` keeps none of them.
+    let a = unsafe { crate::ffi::fp_ahead(regs, hdr, i32::from(from_self), window, &mut clock) };
     *last_pass_ns = clock[1];
-    throttled
+    match a {
+        0 => Ahead::Handler,
+        1 => Ahead::Hold,
+        2 => Ahead::Drop,
+        other => unreachable!("fp_ahead returned {other}"),
+    }
 }
 
 /// The busy reply a leader sends for client request `hdr` (with `payload`) it sheds: a
@@ -345,6 +353,9 @@ mod tests {
     #[test]
     fn a_follower_holds_appends_of_its_term_within_the_window_ahead_of_its_log() {
         use crate::wire::{Header, APPEND, CLIENT_REQUEST};
+        let hold = |r: &Registers, h: &Header, from_self, window| {
+            ahead(r, h, from_self, window, 5 * GAP_PASS_NS, &mut 0) == Ahead::Hold
+        };
         let regs = follower_at_100();
         let app = |index| Header {
             kind: APPEND,
@@ -396,6 +407,9 @@ mod tests {
     #[test]
     fn past_the_window_one_append_a_while_reaches_the_gap_rule() {
         use crate::wire::{Header, APPEND};
+        let gap_throttled = |r: &Registers, h: &Header, from_self, window, now, last: &mut u64| {
+            ahead(r, h, from_self, window, now, last) == Ahead::Drop
+        };
         let regs = follower_at_100();
         let far = Header {
             kind: APPEND,

@@ -31,7 +31,7 @@ mod wire;
 
 pub use ffi::{parse_c, write_c};
 pub use handler::{
-    busy_reply, gap_throttled, handle, hold, shed, Actions, HaltReason, Output, GAP_PASS_NS,
+    ahead, busy_reply, handle, shed, Actions, Ahead, HaltReason, Output, GAP_PASS_NS,
     HALT_LOG_MISMATCH, HALT_REJECT_RECEIVED, HALT_RETX_EXHAUSTED, HALT_TERM_MISMATCH,
     HALT_UNKNOWN_PEER, REORDER_WINDOW, SHED_INFLIGHT, SHED_RING_SHARE,
 };

@@ -68,10 +68,10 @@ pub struct SimDataPlane {
     /// Client requests shed (overload: `fp::shed`, the rule the XDP program applies).
     pub shed: u64,
     /// Follower: appends at most this far ahead of the log go to the host to be held
-    /// (`fp::hold`, the rule the XDP and `udp` data planes apply; 0: never).
+    /// (`fp::ahead`, the rule the XDP and `udp` data planes apply; 0: never).
     hold_window: u32,
     /// The world's clock (ns), set before each packet: past the window, one append per
-    /// `fp::GAP_PASS_NS` reaches the handler's gap rule (`fp::gap_throttled`).
+    /// `fp::GAP_PASS_NS` reaches the handler's gap rule (`fp::ahead`).
     pub now_ns: u64,
     /// When an append past the window last reached the gap rule.
     gap_pass_ns: u64,
@@ -79,7 +79,7 @@ pub struct SimDataPlane {
 
 impl SimDataPlane {
     /// A disabled data plane for `self_id`; with `reorder`, its ring swaps adjacent records
-    /// now and then; a follower holds appends up to `hold_window` ahead ([`fp::hold`]).
+    /// now and then; a follower holds appends up to `hold_window` ahead ([`fp::ahead`]).
     pub fn new(self_id: NodeId, reorder: Option<Rng>, hold_window: u32) -> SimDataPlane {
         let regs = fp::Registers {
             self_id,
@@ -133,17 +133,20 @@ impl SimDataPlane {
             return;
         }
         let pushed = from == self.regs.self_id;
-        // An append a little ahead of the log: the host holds it, by the same rule as XDP.
-        if fp::hold(&self.regs, hdr, pushed, self.hold_window) {
-            self.punted += 1;
-            to_host(out);
-            return;
-        }
-        // Past the window: one a while reaches the gap rule, by the same rule as XDP.
+        // An append ahead of the log: the host holds it; past the window, one a while
+        // reaches the gap rule (by the same rule as XDP and `udp`).
         let (window, now) = (self.hold_window, self.now_ns);
-        if fp::gap_throttled(&self.regs, hdr, pushed, window, now, &mut self.gap_pass_ns) {
-            self.dropped += 1;
-            return;
+        match fp::ahead(&self.regs, hdr, pushed, window, now, &mut self.gap_pass_ns) {
+            fp::Ahead::Hold => {
+                self.punted += 1;
+                to_host(out);
+                return;
+            }
+            fp::Ahead::Drop => {
+                self.dropped += 1;
+                return;
+            }
+            fp::Ahead::Handler => {}
         }
         // Overload: a busy reply instead of an entry, by the same rule as XDP and `udp`.
         if fp::shed(
