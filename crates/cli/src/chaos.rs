@@ -1536,6 +1536,7 @@ fn run_inner(a: &ChaosArgs) -> Result<ExitCode, String> {
         election_ticks: 10,
         dataplanes: dataplane_kinds(a.dataplane),
         maxmemory: 0,
+        client_loop: Default::default(),
     };
     let cf = cluster::up(&opts)?;
     println!(

@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use clap::{Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use waverunner_netns::{self as netns, ip};
-use waverunner_node::config::{self, DataPlaneKind, DurabilityMode, Listen, Peer, ReadModeConfig};
+use waverunner_node::config::{
+    self, ClientLoopKind, DataPlaneKind, DurabilityMode, Listen, Peer, ReadModeConfig,
+};
 use waverunner_node::NodeConfig;
 
 /// First port of a loopback cluster: replica i uses `P+i`, `P+100+i`, … `P+400+i`.
@@ -265,6 +267,8 @@ pub struct UpOptions {
     pub dataplanes: Vec<DataPlaneKind>,
     /// Every replica's `maxmemory` in bytes (0: no limit).
     pub maxmemory: u64,
+    /// Where every replica runs its client front-end.
+    pub client_loop: ClientLoopKind,
 }
 
 /// The IPv4 multicast group an `xdp` leader sends appends to inside a namespace cluster
@@ -307,6 +311,7 @@ impl UpOptions {
             election_ticks: 10,
             dataplanes: Vec::new(),
             maxmemory: 0,
+            client_loop: ClientLoopKind::Replica,
         }
     }
 }
@@ -392,6 +397,7 @@ pub fn node_configs(opts: &UpOptions, dir: &Path, addrs: &[NodeAddrs]) -> Vec<No
             request_timeout_ms: config::default_request_timeout_ms(),
             max_value_bytes: waverunner_node::config::MAX_VALUE_LIMIT,
             maxmemory: opts.maxmemory,
+            client_loop: opts.client_loop,
             max_connections: config::default_max_connections(),
             listen: Listen {
                 raft: a.raft,
@@ -1191,6 +1197,19 @@ pub struct UpArgs {
     /// (bytes, or with a kb/mb/gb suffix as Redis takes it; 0: no limit).
     #[arg(long, default_value = "0", value_parser = parse_memory)]
     maxmemory: u64,
+    /// Where each replica runs its RESP and memcached front-end: on its replica loop (run to
+    /// completion) or on a thread of its own.
+    #[arg(long, value_enum, default_value = "replica")]
+    client_loop: ClientLoopArg,
+}
+
+/// `--client-loop`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum ClientLoopArg {
+    /// On the replica loop.
+    Replica,
+    /// On a thread of its own.
+    Thread,
 }
 
 /// A byte count as Redis's configuration takes it: a number with an optional `b`, `kb`, `mb`,
@@ -1289,6 +1308,10 @@ pub fn cmd_up(a: UpArgs) -> ExitCode {
             Err(e) => return fail("up", e),
         },
         maxmemory: a.maxmemory,
+        client_loop: match a.client_loop {
+            ClientLoopArg::Replica => ClientLoopKind::Replica,
+            ClientLoopArg::Thread => ClientLoopKind::Thread,
+        },
     };
     let cf = match up(&opts) {
         Ok(cf) => cf,

@@ -52,6 +52,9 @@ pub struct NodeArgs {
     /// Client connections per TCP front-end.
     #[arg(long)]
     max_connections: Option<u64>,
+    /// replica (the client front-end runs on the replica loop) | thread (on its own).
+    #[arg(long)]
+    client_loop: Option<String>,
     /// Refuse writes that may grow the state past this many bytes (kb/mb/gb suffixes as
     /// Redis takes them; 0: no limit).
     #[arg(long, value_parser = crate::cluster::parse_memory)]
@@ -125,6 +128,7 @@ pub fn config_of(a: &NodeArgs) -> Result<NodeConfig, String> {
     set("request_timeout_ms", int(a.request_timeout_ms));
     set("max_value_bytes", int(a.max_value_bytes));
     set("max_connections", int(a.max_connections));
+    set("client_loop", s(&a.client_loop));
     set("maxmemory", int(a.maxmemory));
     if a.join {
         set("join", Some(toml::Value::Boolean(true)));

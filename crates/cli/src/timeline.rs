@@ -143,6 +143,7 @@ fn run_one(name: &str, o: &Opts) -> Result<(), String> {
         election_ticks: 10,
         dataplanes: Vec::new(),
         maxmemory: 0,
+        client_loop: Default::default(),
     };
     let cf = cluster::up(&opts)?;
     let history_path = dir.join("history.jsonl");

@@ -75,9 +75,26 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
             n.on_datagram(pkt, src);
         }
     });
+    let limits = frontend::Limits::from_config(&cfg);
+    let listeners: Vec<frontend::tcp::Listener> = [
+        (redis, frontend::Protocol::Redis),
+        (memcache, frontend::Protocol::Memcache),
+    ]
+    .into_iter()
+    .filter_map(|(l, proto)| l.map(|socket| frontend::tcp::Listener { socket, proto }))
+    .collect();
+    let front_end: Option<Box<dyn waverunner_node::ClientLoop>> = if listeners.is_empty() {
+        None
+    } else {
+        Some(Box::new(
+            frontend::tcp::Frontend::new(listeners, limits)
+                .map_err(|e| StartError(format!("cannot set up the client front-end: {e}")))?,
+        ))
+    };
     let mut ok = Vec::new();
     waverunner_kv::codec::encode_response(&waverunner_kv::Response::Ok, &mut ok);
     let clients = FastClients {
+        front_end,
         blind_reply_body: ok,
         requests: Some(requests),
     };
@@ -101,26 +118,6 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
         spawn(
             "native",
             Box::new(move || frontend::native::serve(udp, h, id, s)),
-        )?;
-    }
-    let limits = frontend::Limits::from_config(&cfg);
-    let listeners: Vec<frontend::tcp::Listener> = [
-        (redis, frontend::Protocol::Redis),
-        (memcache, frontend::Protocol::Memcache),
-    ]
-    .into_iter()
-    .filter_map(|(l, proto)| l.map(|socket| frontend::tcp::Listener { socket, proto }))
-    .collect();
-    if !listeners.is_empty() {
-        let (h, s) = (running.handle.clone(), running.stop_flag());
-        spawn(
-            "clients",
-            Box::new(move || {
-                waverunner_node::priority::client_thread();
-                if let Err(e) = frontend::tcp::serve(listeners, h, s.clone(), limits) {
-                    tracing::error!("client front-end stopped: {e}");
-                }
-            }),
         )?;
     }
     Ok(running)

@@ -39,6 +39,19 @@ pub enum DataPlaneKind {
     Xdp,
 }
 
+/// Where the application's client front-end runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientLoopKind {
+    /// On the replica loop: a request is read, proposed, replicated and answered by one
+    /// thread (run to completion).
+    #[default]
+    Replica,
+    /// On a thread of its own (at a lower CPU priority), submitting through the replica
+    /// loop's queue.
+    Thread,
+}
+
 /// Addresses this replica listens on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -122,6 +135,9 @@ pub struct NodeConfig {
     /// `noeviction` policy.
     #[serde(default)]
     pub maxmemory: u64,
+    /// `replica` (the client front-end runs on the replica loop) or `thread` (on its own).
+    #[serde(default)]
+    pub client_loop: ClientLoopKind,
     /// Largest number of client connections per TCP front-end.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,6 +11,7 @@ use waverunner_dataplane::{self as dp, DataPlane};
 use waverunner_fastpath as fp;
 use waverunner_host::dataplane::DataPlaneHost;
 
+use crate::clients::Inbox;
 use crate::config::{DataPlaneKind, DurabilityMode, NodeConfig};
 use crate::replica::Event;
 
@@ -24,7 +24,7 @@ pub type DpHost = DataPlaneHost<Box<dyn DataPlane>>;
 /// the ring).
 pub fn open(
     cfg: &NodeConfig,
-    tx: SyncSender<Event>,
+    tx: Inbox,
     blind_reply_body: Vec<u8>,
     client_requests: Option<dp::PacketFn>,
 ) -> Result<(DpHost, Arc<AtomicBool>), String> {

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod clients;
 pub mod config;
 pub mod fastpath;
 pub mod metrics;
@@ -31,6 +32,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+pub use clients::{ClientLoop, Propose};
 pub use config::NodeConfig;
 pub use replica::{AdminCmd, AdminError, ClientError, Handle};
 pub use sm::StateMachine;
@@ -40,7 +42,7 @@ pub use sm::StateMachine;
 pub use waverunner_host::dataplane::MAX_COMMAND as DATAPLANE_MAX_COMMAND;
 
 use metrics::{Addresses, Status};
-use replica::{Event, Fatal, Replica};
+use replica::{Event, Fatal, LoopIo, Replica};
 use stop::Stop;
 use transport::Transport;
 
@@ -120,9 +122,13 @@ pub fn start_replica<S: StateMachine>(cfg: NodeConfig, sm: S) -> Result<Running,
     start_replica_with(cfg, sm, FastClients::default()).map(|(r, _)| r)
 }
 
-/// What an application that serves clients on the fast-path port gives the data plane.
+/// What an application gives the replica to serve its clients: its event-driven front-end,
+/// and for clients on the fast-path port, what the data plane needs.
 #[derive(Default)]
 pub struct FastClients {
+    /// The front-end, run on the replica loop (run to completion) or on a thread of its own,
+    /// as `client_loop` in the configuration says.
+    pub front_end: Option<Box<dyn ClientLoop>>,
     /// The result the data plane sends for a blind write it committed itself.
     pub blind_reply_body: Vec<u8>,
     /// What to do with a client request that reached the fast-path port and that the data
@@ -138,6 +144,7 @@ pub fn start_replica_with<S: StateMachine>(
     clients: FastClients,
 ) -> Result<(Running, Option<UdpSocket>), StartError> {
     let FastClients {
+        front_end,
         blind_reply_body,
         requests: client_requests,
     } = clients;
@@ -162,6 +169,13 @@ pub fn start_replica_with<S: StateMachine>(
     let stop =
         Arc::new(Stop::new().map_err(|e| StartError(format!("cannot create the stop pipe: {e}")))?);
     let (tx, rx) = sync_channel(replica::EVENT_QUEUE);
+    let poll =
+        mio::Poll::new().map_err(|e| StartError(format!("cannot create the loop's poll: {e}")))?;
+    let bell = Arc::new(
+        clients::Bell::new(poll.registry())
+            .map_err(|e| StartError(format!("cannot create the loop's bell: {e}")))?,
+    );
+    let tx = clients::Inbox::new(tx, bell.clone());
     let status = Arc::new(Mutex::new(Status {
         id: cfg.id,
         role: "starting".into(),
@@ -222,11 +236,40 @@ pub fn start_replica_with<S: StateMachine>(
     };
     let replica =
         Replica::open(cfg.clone(), sm, shared, addresses, dp).map_err(|Fatal(m)| StartError(m))?;
+    let mut on_loop = None;
+    if let Some(mut fe) = front_end {
+        match cfg.client_loop {
+            config::ClientLoopKind::Replica => {
+                fe.register(poll.registry(), &handle).map_err(|e| {
+                    StartError(format!("cannot register the client front-end: {e}"))
+                })?;
+                on_loop = Some(fe);
+            }
+            config::ClientLoopKind::Thread => {
+                let (h, s) = (handle.clone(), stop.clone());
+                std::thread::Builder::new()
+                    .name("clients".into())
+                    .spawn(move || {
+                        priority::client_thread();
+                        if let Err(e) = clients::serve_on_own_thread(fe, h, s) {
+                            tracing::error!("client front-end stopped: {e}");
+                        }
+                    })
+                    .map_err(|e| StartError(format!("cannot start the clients thread: {e}")))?;
+            }
+        }
+    }
+    let io = LoopIo {
+        rx,
+        poll,
+        bell,
+        clients: on_loop,
+    };
     let stop2 = stop.clone();
     let core = std::thread::Builder::new()
         .name(format!("replica-{}", cfg.id))
         .spawn(move || {
-            let r = replica.run(rx, stop2.clone());
+            let r = replica.run(io, stop2.clone());
             stop2.set();
             if let Err(Fatal(m)) = &r {
                 tracing::error!("replica stopped: {m}");

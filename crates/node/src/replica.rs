@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,6 +17,7 @@ use waverunner_raft::{
 };
 use waverunner_storage::Storage;
 
+use crate::clients::{Bell, ClientLoop, Inbox, Propose, BELL, POLL_EVENTS};
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
 use crate::fastpath::{DpHost, SoftwareLatency};
 use crate::metrics::{Counters, MemberStatus, Status};
@@ -252,6 +253,19 @@ impl Admission {
         Some(Admitted(self.clone()))
     }
 
+    /// `reply`, holding an admission until it is called; `None` (and `reply` answered busy)
+    /// when [`MAX_ADMITTED`] requests are pending.
+    fn admit_reply(self: &Arc<Admission>, reply: Replier) -> Option<Replier> {
+        let Some(admitted) = self.admit() else {
+            reply(Err(ClientError::Busy));
+            return None;
+        };
+        Some(Box::new(move |r| {
+            drop(admitted);
+            reply(r)
+        }))
+    }
+
     /// Requests admitted and not answered yet.
     pub fn pending(&self) -> usize {
         self.pending.load(Ordering::Acquire)
@@ -307,7 +321,7 @@ impl Drop for Admitted {
 /// What front-ends and the admin server hold to talk to the replica.
 #[derive(Clone)]
 pub struct Handle {
-    tx: SyncSender<Event>,
+    tx: Inbox,
     status: Arc<Mutex<Status>>,
     admission: Arc<Admission>,
     latencies: Arc<crate::metrics::Latencies>,
@@ -317,7 +331,7 @@ impl Handle {
     /// A handle on the queue `tx` of a replica publishing into `status`, admitting client
     /// requests through `admission`.
     pub fn new(
-        tx: SyncSender<Event>,
+        tx: Inbox,
         status: Arc<Mutex<Status>>,
         admission: Arc<Admission>,
         latencies: Arc<crate::metrics::Latencies>,
@@ -333,13 +347,9 @@ impl Handle {
     /// Submits a request; `reply` is called exactly once (at once with busy when
     /// [`MAX_ADMITTED`] requests are pending).
     pub fn submit(&self, client: u64, seq: u64, command: Vec<u8>, reply: Replier) {
-        let Some(admitted) = self.admission.admit() else {
-            return reply(Err(ClientError::Busy));
+        let Some(reply) = self.admission.admit_reply(reply) else {
+            return;
         };
-        let reply: Replier = Box::new(move |r| {
-            drop(admitted);
-            reply(r)
-        });
         let s = Submit {
             client,
             seq,
@@ -425,7 +435,7 @@ impl Handle {
     }
 
     /// The replica loop's queue (for the transport).
-    pub fn sender(&self) -> SyncSender<Event> {
+    pub fn sender(&self) -> Inbox {
         self.tx.clone()
     }
 }
@@ -460,6 +470,38 @@ pub fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What the replica loop waits on: its queue, its poll with the queue's bell, and the client
+/// front-end it runs (registered on the poll already), if any.
+pub struct LoopIo {
+    /// The queue other threads fill ([`Inbox`]).
+    pub rx: Receiver<Event>,
+    /// The loop's poll.
+    pub poll: mio::Poll,
+    /// Rung by [`Inbox`] senders while the loop sleeps on `poll`.
+    pub bell: Arc<Bell>,
+    /// The application's front-end, run to completion on this loop.
+    pub clients: Option<Box<dyn ClientLoop>>,
+}
+
+/// The replica loop's own front-end proposing straight into the loop: no queue, no wake-up.
+struct Direct<'a, S: StateMachine>(&'a mut Replica<S>);
+
+impl<S: StateMachine> Propose for Direct<'_, S> {
+    fn submit(&mut self, client: u64, seq: u64, command: Vec<u8>, reply: Replier) {
+        let Some(reply) = self.0.admission.admit_reply(reply) else {
+            return;
+        };
+        let t = Instant::now();
+        self.0.on_submit(Submit {
+            client,
+            seq,
+            command,
+            reply,
+        });
+        stall(self.0.cfg.id, t, || "a client request".into());
+    }
 }
 
 /// A fatal error of the replica loop (storage failed): the replica stops.
@@ -787,65 +829,94 @@ impl<S: StateMachine> Replica<S> {
         self.drive()
     }
 
-    /// Runs until shutdown or a fatal error.
-    pub fn run(mut self, rx: Receiver<Event>, stop: Arc<Stop>) -> Result<(), Fatal> {
+    /// Runs until shutdown or a fatal error: takes what other threads queued, the client
+    /// front-end's socket events (run to completion, [`crate::clients`]), then acts on the
+    /// ready batches; sleeps on the poll when nothing is queued and nothing is ready.
+    pub fn run(mut self, io: LoopIo, stop: Arc<Stop>) -> Result<(), Fatal> {
+        let LoopIo {
+            rx,
+            mut poll,
+            bell,
+            mut clients,
+        } = io;
         let tick = Duration::from_millis(self.cfg.tick_ms);
         let mut next_tick = Instant::now() + tick;
         self.drive()?;
         self.publish();
         // Events taken from the queue during a stall while peers' frames were stepped first.
         let mut backlog: VecDeque<Event> = VecDeque::new();
+        let mut events = mio::Events::with_capacity(POLL_EVENTS);
         'outer: loop {
-            self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
-            let first = match backlog.pop_front() {
-                Some(ev) => Ok(ev),
-                None => {
-                    let wake = self.idle_wake(next_tick, tick);
-                    rx.recv_timeout(wake.saturating_duration_since(Instant::now()))
-                }
-            };
-            match first {
-                Ok(ev) => {
-                    // Time first: a process stopped (SIGSTOP) or starved while an event waited
-                    // would otherwise handle it with the clock of before the stall, e.g. serve
-                    // a lease read from a lease that expired meanwhile.
-                    self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
-                    let t = Instant::now();
-                    if !self.on_event(ev) {
-                        break 'outer;
-                    }
-                    let took = t.elapsed();
-                    if took > SLOW_DRIVE {
-                        tracing::info!(
-                            "node {}: one event took {} ms",
-                            self.cfg.id,
-                            took.as_millis()
-                        );
-                    }
-                    // Take what else is queued before persisting: one sync for all (group commit).
-                    for _ in 0..1_024 {
-                        // Time first here too: an event that held the loop (a 64 MiB value)
-                        // leaves peers' answers queued behind it, and they must be stepped in
-                        // step with the ticks that passed, not before all of them (a leader
-                        // then found the second election timeout of the stall without an
-                        // answer and stepped down).
-                        self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
-                        let next = match backlog.pop_front() {
-                            Some(ev) => Ok(ev),
-                            None => rx.try_recv(),
-                        };
-                        match next {
-                            Ok(ev) => {
-                                if !self.on_event(ev) {
-                                    break 'outer;
-                                }
-                            }
-                            Err(_) => break,
+            // Take what is queued before persisting: one sync for all (group commit).
+            let mut queued = 0;
+            while queued < 1_024 {
+                // Time first: a process stopped (SIGSTOP) or starved while an event waited
+                // would otherwise handle it with the clock of before the stall, e.g. serve a
+                // lease read from a lease that expired meanwhile. And an event that held the
+                // loop (a 64 MiB value) leaves peers' answers queued behind it: they must be
+                // stepped in step with the ticks that passed, not before all of them (a
+                // leader then found the second election timeout of the stall without an
+                // answer and stepped down).
+                self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
+                let next = match backlog.pop_front() {
+                    Some(ev) => Ok(ev),
+                    None => rx.try_recv(),
+                };
+                match next {
+                    Ok(ev) => {
+                        queued += 1;
+                        let t = Instant::now();
+                        if !self.on_event(ev) {
+                            break 'outer;
+                        }
+                        let took = t.elapsed();
+                        if took > SLOW_DRIVE {
+                            tracing::info!(
+                                "node {}: one event took {} ms",
+                                self.cfg.id,
+                                took.as_millis()
+                            );
                         }
                     }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => break 'outer,
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            // Sleep only with nothing queued, nothing ready and no answer waiting to be
+            // written; a sender rings the bell only while the loop sleeps.
+            let sleep =
+                queued == 0 && !self.raft.has_ready() && clients.as_mut().is_none_or(|c| c.idle());
+            let mut timeout = Some(Duration::ZERO);
+            if sleep {
+                bell.sleep();
+                match rx.try_recv() {
+                    Ok(ev) => backlog.push_back(ev),
+                    Err(_) => {
+                        let wake = self.idle_wake(next_tick, tick);
+                        let mut t = wake.saturating_duration_since(Instant::now());
+                        if let Some(c) = clients.as_ref().and_then(|c| c.timeout()) {
+                            t = t.min(c);
+                        }
+                        timeout = Some(t);
+                    }
+                }
+            }
+            if sleep || clients.is_some() {
+                if let Err(e) = poll.poll(&mut events, timeout) {
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(Fatal(format!("the replica loop's poll failed: {e}")));
+                    }
+                }
+                bell.awake();
+                if let Some(c) = clients.as_mut() {
+                    for ev in events.iter() {
+                        if ev.token() != BELL {
+                            c.event(poll.registry(), ev, &mut Direct(&mut self));
+                        }
+                    }
+                    // Everything this round of events made ready is proposed together.
+                    c.turn(&mut Direct(&mut self));
+                }
             }
             if stop.is_set() {
                 break;
@@ -856,6 +927,10 @@ impl<S: StateMachine> Replica<S> {
             if took > SLOW_DRIVE {
                 self.counters.slow_drives += 1;
                 tracing::warn!("one ready batch took {} ms", took.as_millis());
+            }
+            // The answers the batches gave go out now.
+            if let Some(c) = clients.as_mut() {
+                c.turn(&mut Direct(&mut self));
             }
         }
         self.drive()?;
@@ -869,6 +944,9 @@ impl<S: StateMachine> Replica<S> {
         self.admin_pending.fail_all(AdminError::ShuttingDown);
         self.answer_admin();
         self.publish();
+        if let Some(c) = clients.as_mut() {
+            c.turn(&mut Direct(&mut self));
+        }
         Ok(())
     }
 
@@ -1839,6 +1917,8 @@ mod tests {
     #[test]
     fn admission_refuses_beyond_the_bound_and_frees_on_answer() {
         let (tx, rx) = std::sync::mpsc::sync_channel(EVENT_QUEUE);
+        let poll = mio::Poll::new().unwrap();
+        let tx = Inbox::new(tx, Arc::new(Bell::new(poll.registry()).unwrap()));
         let admission = Arc::new(Admission::default());
         let h = Handle::new(tx, Arc::default(), admission.clone(), Arc::default());
         type Answers = Arc<Mutex<Vec<Result<Vec<u8>, ClientError>>>>;

@@ -1,5 +1,6 @@
 //! The TCP front-ends' event loop: every RESP and memcached connection of a replica served by
-//! one thread (mio over epoll), not a thread each.
+//! one thread (mio over epoll), not a thread each: by default the replica loop itself, so a
+//! request is read, proposed, replicated and answered without a hand-off between threads.
 //!
 //! A connection's pipelined commands are parsed as they arrive and submitted together, before
 //! any answer is awaited. What every connection has ready at the end of one round of events
@@ -27,13 +28,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
-use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Interest, Registry, Token, Waker};
 
 use waverunner_kv::codec::{batch_command, decode_response, encode_op};
 use waverunner_kv::{memcache, resp, Response};
+use waverunner_node::clients::{ClientLoop, Propose, FIRST_TOKEN};
 use waverunner_node::replica::{ClientError, Handle};
-use waverunner_node::stop::Stop;
 
 use super::memcache as memcache_fe;
 use super::resp as resp_fe;
@@ -58,9 +58,8 @@ const READ_CHUNK: usize = 64 << 10;
 /// were applied) while any is parked.
 const PARKED_TICK: Duration = Duration::from_millis(2);
 
-const STOP: Token = Token(0);
-const WAKER: Token = Token(1);
-const LISTENER0: usize = 2;
+const WAKER: Token = Token(FIRST_TOKEN);
+const LISTENER0: usize = FIRST_TOKEN + 1;
 const CONN0: usize = 16;
 
 /// How to turn the store's response into the reply a command expects.
@@ -333,13 +332,15 @@ struct Done {
     result: Result<Vec<u8>, ClientError>,
 }
 
-/// Where the replica loop leaves answers; the loop takes them when woken. Bounded: a
-/// connection has at most one command in flight, so at most one answer per open connection
-/// waits here (`max_connections` per listener).
+/// Where the replica loop leaves answers; the front-end takes them in [`ClientLoop::turn`].
+/// Bounded: a connection has at most one command in flight, so at most one answer per open
+/// connection waits here (`max_connections` per listener).
 struct Completions {
     done: Mutex<Vec<Done>>,
     waker: Waker,
-    /// A wake-up is pending: later answers do not write the eventfd again.
+    /// The front-end looks before it sleeps: later answers do not write the eventfd. Only a
+    /// front-end on a thread of its own sleeps apart from the replica loop, and only then is
+    /// its eventfd written.
     woken: AtomicBool,
 }
 
@@ -352,8 +353,17 @@ impl Completions {
     }
 
     fn take(&self) -> Vec<Done> {
-        self.woken.store(false, Ordering::Release);
         std::mem::take(&mut *self.done.lock().expect("completions"))
+    }
+
+    /// The front-end is about to sleep: false if answers wait (then it must not).
+    fn idle(&self) -> bool {
+        self.woken.store(false, Ordering::SeqCst);
+        if self.done.lock().expect("completions").is_empty() {
+            return true;
+        }
+        self.woken.store(true, Ordering::SeqCst);
+        false
     }
 }
 
@@ -365,81 +375,106 @@ pub struct Listener {
     pub proto: Protocol,
 }
 
-/// Serves every listener's connections on the calling thread until `stop`.
-pub fn serve(
-    listeners: Vec<Listener>,
-    handle: Handle,
-    stop: Arc<Stop>,
+/// The RESP and memcached front-ends: every connection of a replica on one event loop, the
+/// replica loop itself by default ([`waverunner_node::clients`]).
+pub struct Frontend {
+    listeners: Vec<(TcpListener, Protocol)>,
     limits: Limits,
-) -> io::Result<()> {
-    assert!(listeners.len() <= CONN0 - LISTENER0);
-    let mut poll = Poll::new()?;
-    let registry = poll.registry();
-    let stop_fd = stop.fd();
-    registry.register(&mut SourceFd(&stop_fd), STOP, Interest::READABLE)?;
-    let completions = Arc::new(Completions {
-        done: Mutex::new(Vec::new()),
-        waker: Waker::new(registry, WAKER)?,
-        woken: AtomicBool::new(false),
-    });
-    let mut ls = Vec::new();
-    for (i, l) in listeners.into_iter().enumerate() {
-        l.socket.set_nonblocking(true)?;
-        let mut sock = TcpListener::from_std(l.socket);
-        registry.register(&mut sock, Token(LISTENER0 + i), Interest::READABLE)?;
-        ls.push((sock, l.proto));
+    /// Its state once registered on a poll.
+    lp: Option<Loop>,
+}
+
+impl Frontend {
+    /// A front-end accepting on `listeners`.
+    pub fn new(listeners: Vec<Listener>, limits: Limits) -> io::Result<Frontend> {
+        assert!(listeners.len() <= CONN0 - LISTENER0);
+        let mut ls = Vec::new();
+        for l in listeners {
+            l.socket.set_nonblocking(true)?;
+            ls.push((TcpListener::from_std(l.socket), l.proto));
+        }
+        Ok(Frontend {
+            listeners: ls,
+            limits,
+            lp: None,
+        })
     }
-    let mut lp = Loop {
-        conns: Vec::new(),
-        submitters: Vec::new(),
-        free: Vec::new(),
-        open: [0; 2],
-        gens: 0,
-        handle,
-        limits,
-        completions,
-        conn_ids: 0,
-        scratch: vec![0; READ_CHUNK].into_boxed_slice(),
-        parked: Vec::new(),
-        wake: Vec::new(),
-    };
-    let mut events = Events::with_capacity(1_024);
-    while !stop.is_set() {
-        let tick = (!lp.parked.is_empty()).then_some(PARKED_TICK);
-        if let Err(e) = poll.poll(&mut events, tick) {
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+}
+
+impl ClientLoop for Frontend {
+    fn register(&mut self, registry: &Registry, handle: &Handle) -> io::Result<()> {
+        for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
+            registry.register(l, Token(LISTENER0 + i), Interest::READABLE)?;
         }
-        for ev in events.iter() {
-            match ev.token() {
-                STOP => {}
-                WAKER => lp.on_completions(),
-                Token(t) if t < CONN0 => {
-                    let (l, proto) = &mut ls[t - LISTENER0];
-                    lp.accept(poll.registry(), l, *proto);
+        let completions = Arc::new(Completions {
+            done: Mutex::new(Vec::new()),
+            waker: Waker::new(registry, WAKER)?,
+            woken: AtomicBool::new(false),
+        });
+        self.lp = Some(Loop {
+            conns: Vec::new(),
+            submitters: Vec::new(),
+            free: Vec::new(),
+            open: [0; 2],
+            gens: 0,
+            handle: handle.clone(),
+            limits: self.limits,
+            completions,
+            conn_ids: 0,
+            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+            parked: Vec::new(),
+            wake: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn event(&mut self, registry: &Registry, ev: &mio::event::Event, _to: &mut dyn Propose) {
+        let Some(lp) = self.lp.as_mut() else {
+            return;
+        };
+        match ev.token() {
+            // Answers: taken in `turn`.
+            WAKER => {}
+            Token(t) if t < CONN0 => {
+                if let Some((l, proto)) = self.listeners.get_mut(t - LISTENER0) {
+                    lp.accept(registry, l, *proto);
                 }
-                Token(t) => {
-                    let i = t - CONN0;
-                    if let Some(Some(c)) = lp.conns.get_mut(i) {
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            c.readable = true;
-                        }
-                        c.hup |= ev.is_read_closed() || ev.is_error();
+            }
+            Token(t) => {
+                let i = t - CONN0;
+                if let Some(Some(c)) = lp.conns.get_mut(i) {
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        c.readable = true;
                     }
-                    lp.pump(i);
+                    c.hup |= ev.is_read_closed() || ev.is_error();
                 }
+                lp.pump(i);
             }
         }
+    }
+
+    fn turn(&mut self, to: &mut dyn Propose) {
+        let Some(lp) = self.lp.as_mut() else {
+            return;
+        };
+        lp.on_completions();
         lp.check_parked();
         for i in std::mem::take(&mut lp.wake) {
             lp.pump(i);
         }
         // Everything this round of events made ready leaves together.
-        lp.submit();
+        lp.submit(to);
     }
-    Ok(())
+
+    fn idle(&mut self) -> bool {
+        self.lp.as_ref().is_none_or(|lp| lp.completions.idle())
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.lp
+            .as_ref()
+            .and_then(|lp| (!lp.parked.is_empty()).then_some(PARKED_TICK))
+    }
 }
 
 struct Loop {
@@ -750,7 +785,7 @@ impl Loop {
 
     /// Submits what the connections have ready: their operations packed, connection by
     /// connection, into commands of at most `max_batch_bytes` (a larger operation alone).
-    fn submit(&mut self) {
+    fn submit(&mut self, to: &mut dyn Propose) {
         let max = self.limits.max_batch_bytes;
         let mut batch = Batch::default();
         for i in std::mem::take(&mut self.submitters) {
@@ -767,16 +802,16 @@ impl Loop {
             c.block_since = self.handle.applied_index();
             let bytes: usize = ops.iter().map(|(_, e)| e.len() + 4).sum();
             if !batch.parts.is_empty() && batch.bytes + bytes > max {
-                self.send(std::mem::take(&mut batch));
+                self.send(std::mem::take(&mut batch), to);
             }
             batch.add(i, gen, ops, bytes);
         }
         if !batch.parts.is_empty() {
-            self.send(batch);
+            self.send(batch, to);
         }
     }
 
-    fn send(&mut self, b: Batch) {
+    fn send(&mut self, b: Batch, to: &mut dyn Propose) {
         let n: usize = b.parts.iter().map(|(_, _, ops)| ops.len()).sum();
         // One operation is its own command. Several are copied into a batch, and each
         // connection keeps its own, to send them again one by one if the batch is refused for
@@ -803,7 +838,7 @@ impl Loop {
             parts.push(Part { conn, gen, seqs });
         }
         let d = self.completions.clone();
-        self.handle.submit(
+        to.submit(
             0,
             0,
             command.expect("a batch holds an operation"),
