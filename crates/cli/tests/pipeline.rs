@@ -27,6 +27,13 @@ fn pipelines_are_answered_in_order_through_every_replica() {
     let c = cluster3();
     for id in c.ids() {
         check_pipelines(c.redis_addr(id), &format!("n{id}"), 500);
+        // Served by the replica loop: no front-end thread.
+        let names = c.thread_names(id);
+        assert!(!names.iter().any(|n| n == "clients"), "{names:?}");
+        assert!(
+            names.iter().any(|n| n == &format!("replica-{id}")),
+            "{names:?}"
+        );
     }
     // memcached: a pipeline of sets and gets in one write, answered in order.
     let mc = c.memcache_addr(c.ids()[0]);
@@ -57,6 +64,26 @@ fn pipelines_are_answered_in_order_through_every_replica() {
         String::from_utf8_lossy(&got),
         String::from_utf8_lossy(&want)
     );
+}
+
+/// The same pipelines with the front-end on a thread of its own (`client_loop = "thread"`),
+/// submitting through the replica loop's queue instead of proposing on the loop.
+#[test]
+fn pipelines_are_answered_in_order_with_the_front_end_on_its_own_thread() {
+    require_tool("redis-cli");
+    let mut c = Cluster::start(
+        3,
+        Opts {
+            client_loop: Some("thread"),
+            ..Opts::durability("memory")
+        },
+    );
+    c.wait_leader(WAIT);
+    for id in c.ids() {
+        check_pipelines(c.redis_addr(id), &format!("t{id}"), 300);
+        let names = c.thread_names(id);
+        assert!(names.iter().any(|n| n == "clients"), "{names:?}");
+    }
 }
 
 /// Raises this process's descriptor limit to its hard limit (2 000 sockets need more than the

@@ -59,6 +59,8 @@ pub struct Opts {
     pub dataplane: Option<&'static str>,
     /// `--maxmemory` in bytes.
     pub maxmemory: Option<u64>,
+    /// `--client-loop` (`replica`, the default, or `thread`).
+    pub client_loop: Option<&'static str>,
 }
 
 impl Default for Opts {
@@ -72,6 +74,7 @@ impl Default for Opts {
             max_connections: None,
             dataplane: None,
             maxmemory: None,
+            client_loop: None,
         }
     }
 }
@@ -363,6 +366,10 @@ impl Cluster {
             a.push("--dataplane".into());
             a.push(dp.into());
         }
+        if let Some(l) = self.opts.client_loop {
+            a.push("--client-loop".into());
+            a.push(l.into());
+        }
         for p in self.nodes.iter().filter(|p| p.id != id) {
             a.push("--peer".into());
             a.push(format!("{}={}/{}", p.id, p.raft, p.client));
@@ -469,6 +476,20 @@ impl Cluster {
             .filter(|n| n.child.is_some() && !n.stopped)
             .map(|n| n.id)
             .collect()
+    }
+
+    /// The names of replica `id`'s threads (`/proc/PID/task/*/comm`).
+    pub fn thread_names(&self, id: u64) -> Vec<String> {
+        let n = self.node(id);
+        let pid = n.child.as_ref().expect("running").id();
+        let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("task dir")
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|s| s.trim().to_string())
+            .collect();
+        names.sort();
+        names
     }
 
     /// Sends `sig` to replica `id`: `SIGKILL` waits for the process to end; `SIGTERM` waits
