@@ -17,15 +17,16 @@ use waverunner_bench::cpu;
 use waverunner_bench::peers::{self, LoopResult, SystemResult, WriteOp, MANY};
 use waverunner_bench::scale::{Disruption, Reply, Resp};
 use waverunner_netns as netns;
-use waverunner_node::config::{DataPlaneKind, DurabilityMode};
+use waverunner_node::config::{ClientLoopKind, DataPlaneKind, DurabilityMode};
 
 use crate::cluster::{self, ClusterFile, NetnsChoice, UpOptions, CLIENT_NETNS};
 
 /// Options of `waverunner bench peers`.
 #[derive(clap::Args)]
 pub struct PeersArgs {
-    /// Waverunner data planes to measure, in this order (comma-separated: off, udp, xdp).
-    #[arg(long, default_value = "off,udp,xdp")]
+    /// Waverunner data planes to measure, in this order (comma-separated: off, udp, xdp; a
+    /// `+thread` suffix runs the front-end on its own thread instead of the replica loop).
+    #[arg(long, default_value = "off,udp,xdp,xdp+thread")]
     modes: String,
     /// Seconds of each closed loop (50 writers, then 1).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=120))]
@@ -65,7 +66,17 @@ pub fn run(a: &PeersArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    let modes = crate::bench::parse_modes(&a.modes)?;
+    let mut modes = Vec::new();
+    for m in a.modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        let (plane, client_loop) = match m.strip_suffix("+thread") {
+            Some(p) => (p, ClientLoopKind::Thread),
+            None => (m, ClientLoopKind::Replica),
+        };
+        let (_, kind) = crate::bench::parse_modes(plane)?
+            .pop()
+            .ok_or_else(|| format!("no data plane in mode `{m}`"))?;
+        modes.push((m.to_string(), kind, client_loop));
+    }
     let dir = a
         .dir
         .clone()
@@ -83,13 +94,14 @@ pub fn run(a: &PeersArgs) -> Result<(), String> {
     let _lock = crate::bench::cluster_lock()?;
     let t0 = Instant::now();
     let mut rows: Vec<SystemResult> = Vec::new();
-    for (i, (name, kind)) in modes.iter().enumerate() {
-        let cdir = dir.join(format!("cluster-{name}"));
+    for (i, (name, kind, client_loop)) in modes.iter().enumerate() {
+        let cdir = dir.join(format!("cluster-{}", name.replace('+', "-")));
         cluster::down(&cdir).map_err(|e| format!("an old cluster in {}: {e}", cdir.display()))?;
         let mut opts = UpOptions::new(&cdir);
         opts.durability = DurabilityMode::Memory;
         opts.netns = NetnsChoice::On;
         opts.dataplanes = vec![*kind];
+        opts.client_loop = *client_loop;
         eprintln!("bench peers: waverunner {name}: up …");
         let _down = crate::bench::Down(cdir.clone());
         let cf = cluster::up(&opts).map_err(|e| format!("`up` with data plane {name}: {e}"))?;
