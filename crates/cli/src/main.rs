@@ -245,6 +245,8 @@ fn sim(a: SimArgs) -> ExitCode {
         total.reads_batched += s.reads_batched;
         total.forwarded += s.forwarded;
         total.request_timeouts += s.request_timeouts;
+        total.held_back += s.held_back;
+        total.dataplane_busy += s.dataplane_busy;
         total.keepalives += s.keepalives;
         if !r.violations.is_empty() {
             violations += 1;
@@ -259,13 +261,13 @@ fn sim(a: SimArgs) -> ExitCode {
         }
     }
     println!(
-        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables ({} for large writes), {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed ({} pieces delivered, {} dropped as duplicate or out of order, {} transfers abandoned unfinished), {} retransmitted entries, {} ring records out of order, {} appends held and pushed again, {} fast-path rejects, {} requests forwarded to the leader, {} timed out, {} reads ({} checked against acknowledged writes, {} served after their read index applied, {} refused a ReadIndex, {} batched behind another read's entry), {} keepalive messages from paused replicas",
+        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane), {} data-plane enables, {} disables ({} for large writes), {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed ({} pieces delivered, {} dropped as duplicate or out of order, {} transfers abandoned unfinished), {} retransmitted entries, {} ring records out of order, {} appends held and pushed again, {} fast-path rejects, {} requests forwarded to the leader, {} timed out, {} proposals held back by a leader's bound ({} for the data plane's in-flight bound), {} reads ({} checked against acknowledged writes, {} served after their read index applied, {} refused a ReadIndex, {} batched behind another read's entry), {} keepalive messages from paused replicas",
         reports.len(), a.nodes, started.elapsed().as_secs_f64(), total.events, total.writes_acked, total.writes_sent,
         total.writes_acked_by_dataplane, total.dataplane_enables, total.dataplane_disables, total.dataplane_disables_large, total.crashes, total.lost_logs,
         total.pauses, total.partitions, total.loss_bursts, total.membership_changes, total.transfers,
         total.deposed, total.snapshots_installed, total.snapshot_pieces, total.snapshot_pieces_dropped,
         total.snapshot_transfers_abandoned, total.retransmissions, total.ring_reordered,
-        total.held_appends, total.fast_rejects, total.forwarded, total.request_timeouts,
+        total.held_appends, total.fast_rejects, total.forwarded, total.request_timeouts, total.held_back, total.dataplane_busy,
         total.reads_sent, total.reads_checked, total.reads_served, total.reads_refused, total.reads_batched, total.keepalives
     );
     println!("seeds={} violations={violations}", reports.len());

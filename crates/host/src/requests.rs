@@ -164,6 +164,9 @@ pub struct RequestStats {
     pub busy: u64,
     /// Proposed to the log by this replica as leader (its own and forwarded ones).
     pub proposals: u64,
+    /// Proposals the leader's core refused busy (its bound on uncommitted entries, or on
+    /// entries the data plane ordered and did not commit) and retried at the next tick.
+    pub held_back: u64,
     /// Forwarded to the leader.
     pub forwarded: u64,
     /// Reads whose ReadIndex the leader refused, sent through the log instead.
@@ -363,9 +366,12 @@ impl<T> Requests<T> {
                         self.effects.push(Effect::Appended(index));
                     }
                 }
+                Err(ProposeError::Busy) => {
+                    self.stats.held_back += 1;
+                    self.retry.push(id);
+                }
                 Err(
                     ProposeError::Retry
-                    | ProposeError::Busy
                     | ProposeError::TransferInProgress
                     | ProposeError::NotLeader { .. },
                 ) => self.retry.push(id),

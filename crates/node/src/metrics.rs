@@ -337,6 +337,9 @@ pub struct Counters {
     pub proposals: u64,
     /// Requests forwarded to the leader.
     pub forwarded: u64,
+    /// Proposals the leader held back (its bound on uncommitted entries, or on entries its
+    /// data plane ordered and did not commit) and proposed again at a later tick.
+    pub held_back: u64,
     /// Reads whose ReadIndex the leader refused (its data plane replicates, or it has not
     /// committed in its term yet), served through the log instead.
     pub reads_refused: u64,
@@ -527,6 +530,11 @@ impl Status {
                 "forwarded_total",
                 "Requests forwarded to the leader.",
                 c.forwarded,
+            ),
+            (
+                "proposals_held_back_total",
+                "Proposals held back by the leader's bound on uncommitted or in-flight entries.",
+                c.held_back,
             ),
             ("commits_total", "Entries applied.", c.applied_entries),
             ("answered_total", "Requests answered.", c.answered),

@@ -631,6 +631,7 @@ impl<S: StateMachine> Replica<S> {
             dataplane: dp.is_some(),
             defer_ack: dp.is_some() && cfg.durability == DurabilityMode::Fsync,
             dataplane_max_proposal: waverunner_host::dataplane::MAX_PROPOSAL,
+            dataplane_max_inflight: waverunner_fastpath::SHED_INFLIGHT,
             ..RaftConfig::default()
         };
         let mut raft =
@@ -1574,6 +1575,7 @@ impl<S: StateMachine> Replica<S> {
         self.counters.busy = q.busy + self.admission.refused.load(Ordering::Relaxed);
         self.counters.proposals = q.proposals;
         self.counters.forwarded = q.forwarded;
+        self.counters.held_back = q.held_back;
         self.counters.reads_refused = q.reads_refused;
         self.counters.reads_batched = q.reads_batched;
         self.counters.answered = q.answered;

@@ -64,6 +64,12 @@ pub struct Config {
     /// drives the data plane sets it). A larger one is replicated by software: the leader
     /// hands over first ([`crate::DisableReason::LargeProposal`]).
     pub dataplane_max_proposal: usize,
+    /// With the data plane on, the leader holds at most this many entries ordered and not
+    /// committed, with the proposals waiting to be pushed: further proposals are refused
+    /// ([`crate::ProposeError::Busy`]) until some commit. The data plane sheds its clients'
+    /// requests at the same bound (`FP_SHED_INFLIGHT`; the host that drives it sets it); the
+    /// host's own proposals then do not pile up in the network instead.
+    pub dataplane_max_inflight: u64,
 }
 
 impl Default for Config {
@@ -85,6 +91,7 @@ impl Default for Config {
             dataplane: false,
             defer_ack: false,
             dataplane_max_proposal: usize::MAX,
+            dataplane_max_inflight: u64::MAX,
             enable_backoff_ticks: 10,
         }
     }

@@ -39,6 +39,9 @@ pub struct Counters {
     pub dataplane_stash_dropped: u64,
     /// Empty heartbeats pushed through the data plane.
     pub dataplane_heartbeats: u64,
+    /// Proposals refused busy while the data plane held `dataplane_max_inflight` entries
+    /// ordered and not committed.
+    pub dataplane_busy: u64,
     /// Snapshot transfers started.
     pub snapshots_sent: u64,
     /// Snapshot pieces sent (resent ones included).
@@ -1730,6 +1733,11 @@ impl Raft {
         }
         match self.dp.state {
             DataPlaneState::On { .. } => {
+                let ordered = self.log.last_index().saturating_sub(self.log.committed());
+                if ordered + self.dp.proposals.len() as u64 >= self.cfg.dataplane_max_inflight {
+                    self.counters.dataplane_busy += 1;
+                    return Err(ProposeError::Busy);
+                }
                 self.dp.proposals.push(data);
                 return Ok(Proposal::ViaDataPlane);
             }

@@ -722,3 +722,33 @@ fn a_proposal_larger_than_a_packet_hands_over_to_software() {
         assert!(net.r(id).commit_index() >= index, "node {id}");
     }
 }
+
+/// With the data plane on, the leader orders at most `dataplane_max_inflight` entries beyond
+/// its commit index, counting the proposals not pushed yet: the next is refused busy (the
+/// host retries it), so its own clients' requests do not pile up in the network. A commit
+/// makes room again.
+#[test]
+fn the_data_plane_leader_refuses_proposals_past_its_in_flight_bound() {
+    let mut net = dp_net(|c| c.dataplane_max_inflight = 4);
+    net.elect(1);
+    net.tick(1);
+    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 2 });
+    // Waiting to be pushed counts.
+    for i in 0..4 {
+        assert_eq!(net.rm(1).propose(vec![i]), Ok(Proposal::ViaDataPlane));
+    }
+    assert_eq!(net.rm(1).propose(vec![9]), Err(ProposeError::Busy));
+    // Handed to the host (Ready), pushed and committed: room again.
+    net.stabilize();
+    net.dp_push(1);
+    assert_eq!(net.r(1).commit_index(), net.r(1).last_index());
+    // Ordered and not committed counts too.
+    net.isolate(1);
+    for i in 0..4 {
+        assert_eq!(net.rm(1).propose(vec![i]), Ok(Proposal::ViaDataPlane));
+        net.stabilize();
+        net.dp_push(1);
+    }
+    assert_eq!(net.r(1).last_index(), net.r(1).commit_index() + 4);
+    assert_eq!(net.rm(1).propose(vec![9]), Err(ProposeError::Busy));
+}

@@ -129,6 +129,11 @@ pub struct Stats {
     pub forwarded: u64,
     /// Requests that timed out at their replica (outcome unknown).
     pub request_timeouts: u64,
+    /// Proposals a leader's core refused busy (a bound on uncommitted or in-flight entries)
+    /// and its host retried.
+    pub held_back: u64,
+    /// Of those, refused for the data plane's in-flight bound (`dataplane_max_inflight`).
+    pub dataplane_busy: u64,
     /// Keepalive messages paused (busy) replicas' hosts sent for them.
     pub keepalives: u64,
     pub final_commit: u64,
@@ -527,6 +532,13 @@ impl World {
             defer_ack: self.opts.durability == Durability::Fsync,
             enable_backoff_ticks: 20,
             dataplane_max_proposal: waverunner_host::dataplane::MAX_PROPOSAL,
+            // The shipped bound on half the seeds; on the rest one that binds while the data
+            // plane orders a burst of requests.
+            dataplane_max_inflight: if (self.seed >> 3) & 1 == 1 {
+                4
+            } else {
+                waverunner_fastpath::SHED_INFLIGHT
+            },
             read_mode: if self.lease_reads {
                 ReadMode::Lease
             } else {
@@ -627,6 +639,11 @@ impl World {
             .max()
             .unwrap_or(0);
         self.stats.dataplane_handled = self.nodes.values().map(|n| n.host.plane.handled).sum();
+        self.stats.dataplane_busy += self
+            .nodes
+            .values()
+            .filter_map(|n| n.raft.as_ref().map(|r| r.counters().dataplane_busy))
+            .sum::<u64>();
         let live: Vec<(HostStats, u64)> = self
             .nodes
             .values()
@@ -1276,7 +1293,9 @@ impl World {
         if n.raft.is_none() || n.removed {
             return;
         }
-        n.raft = None;
+        let busy = n.raft.take().map_or(0, |r| r.counters().dataplane_busy);
+        self.stats.dataplane_busy += busy;
+        let n = self.nodes.get_mut(&id).unwrap();
         let old = std::mem::replace(&mut n.host, fresh);
         n.incarnation += 1;
         n.paused = false;
@@ -1329,6 +1348,7 @@ impl World {
         self.stats.reads_batched += q.reads_batched;
         self.stats.forwarded += q.forwarded;
         self.stats.request_timeouts += q.timeouts;
+        self.stats.held_back += q.held_back;
     }
 
     /// Counts what a host did (at its crash, or the end of the run).
