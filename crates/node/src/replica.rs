@@ -58,6 +58,10 @@ fn free_off_loop(b: Option<waverunner_raft::Bytes>) {
 /// The most ticks an idle loop sleeps through (the status it publishes is at most this old).
 const MAX_IDLE_TICKS: u32 = 10;
 
+/// The replica loop acts on ready batches for this long at most before it looks at its
+/// ticks and events again (the batches left wait for the next turn).
+const DRIVE_SLICE: Duration = Duration::from_millis(5);
+
 /// A ready batch that takes longer than this to persist, send and apply is logged and counted
 /// (`slow_drives_total`): the loop sends no heartbeat meanwhile.
 const SLOW_DRIVE: Duration = Duration::from_millis(50);
@@ -827,7 +831,7 @@ impl<S: StateMachine> Replica<S> {
         // when the next event or tick wakes this loop. Left for the next wake-up, an idle
         // replica's vote requests waited a tick, and two survivors of a crashed leader woke
         // each other with them at the same instant: split votes.
-        self.drive()
+        self.drive_for(Some(DRIVE_SLICE))
     }
 
     /// Runs until shutdown or a fatal error: takes what other threads queued, the client
@@ -923,7 +927,7 @@ impl<S: StateMachine> Replica<S> {
                 break;
             }
             let t = Instant::now();
-            self.drive()?;
+            self.drive_for(Some(DRIVE_SLICE))?;
             let took = t.elapsed();
             if took > SLOW_DRIVE {
                 self.counters.slow_drives += 1;
@@ -1226,6 +1230,14 @@ impl<S: StateMachine> Replica<S> {
 
     /// Acts on every ready batch: persist, send, apply, answer.
     fn drive(&mut self) -> Result<(), Fatal> {
+        self.drive_for(None)
+    }
+
+    /// [`Replica::drive`], stopping after `budget` with batches left: the loop comes back to
+    /// them after its ticks and events (a replica that fell behind applies slice by slice,
+    /// `max_committed_bytes_per_ready`, instead of holding the loop until it caught up).
+    fn drive_for(&mut self, budget: Option<Duration>) -> Result<(), Fatal> {
+        let t0 = Instant::now();
         let t = Instant::now();
         self.poll_restore()?;
         stall(self.cfg.id, t, || "polling a restore".into());
@@ -1261,6 +1273,9 @@ impl<S: StateMachine> Replica<S> {
             }
             self.serve_reads();
             self.flush_requests();
+            if budget.is_some_and(|b| t0.elapsed() >= b) {
+                break;
+            }
         }
         // Also with nothing ready (O(1) unless a snapshot is due): a snapshot finished or
         // asked for on an idle replica (a single replica's `POST /snapshot` waited for the

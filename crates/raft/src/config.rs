@@ -45,6 +45,10 @@ pub struct Config {
     /// found a cut-off leader holding 1 500 uncommitted entries, which its followers took
     /// longer to replay than the time allowed to recover).
     pub max_uncommitted_entries: u64,
+    /// A ready batch hands out at most this many bytes of committed entries (at least one
+    /// entry); the rest comes in the next. A replica that fell behind then applies in slices
+    /// its host can interleave with ticks and events, not in one batch of everything.
+    pub max_committed_bytes_per_ready: usize,
     /// Run a pre-vote round before a real election (Raft dissertation §9.6).
     pub pre_vote: bool,
     /// The leader steps down when it has not heard from a quorum within an election timeout,
@@ -84,6 +88,7 @@ impl Default for Config {
             max_inflight_bytes: 16 << 20,
             snapshot_chunk_bytes: 512 << 10,
             max_uncommitted_entries: 8_192,
+            max_committed_bytes_per_ready: 256 << 10,
             pre_vote: true,
             check_quorum: true,
             read_mode: ReadMode::ReadIndex,

@@ -282,17 +282,19 @@ impl RaftLog {
     }
 
     /// Committed entries not yet handed out for applying; marks them handed.
-    pub fn take_committed(&mut self) -> Vec<Entry> {
+    pub fn take_committed(&mut self, max_bytes: usize) -> Vec<Entry> {
         let out = self.slice(
             self.handed_committed + 1,
             self.committed,
             usize::MAX,
-            usize::MAX,
+            max_bytes,
         );
         debug_assert!(out
             .first()
             .is_none_or(|e| e.index == self.handed_committed + 1));
-        self.handed_committed = self.committed;
+        // The rest waits for the next ready (at least one entry goes each time).
+        self.handed_committed = out.last().map_or(self.committed, |e| e.index);
+        assert!(self.handed_committed <= self.committed);
         out
     }
 
@@ -338,6 +340,35 @@ mod tests {
         assert_eq!(log.find_conflict_by_term(9, 5), (7, 5));
     }
 
+    /// Committed entries are handed out in slices of at most `max_bytes` (at least one entry
+    /// each), in order, each exactly once; what is applied follows what was handed out.
+    #[test]
+    fn committed_entries_are_handed_out_in_bounded_slices() {
+        let mut log = RaftLog::new(None, Vec::new());
+        let e = |index: u64, len: usize| Entry {
+            term: 1,
+            index,
+            kind: EntryKind::Normal,
+            data: vec![7; len].into(),
+        };
+        log.append(&[e(1, 10), e(2, 10), e(3, 10), e(4, 100), e(5, 10)]);
+        log.take_unstable();
+        log.commit_to(5);
+        let idx = |v: Vec<Entry>| v.iter().map(|e| e.index).collect::<Vec<_>>();
+        assert_eq!(idx(log.take_committed(25)), vec![1, 2]);
+        assert!(log.has_committed());
+        log.advance();
+        assert_eq!(log.applied(), 2);
+        // One entry larger than the slice still goes, alone.
+        assert_eq!(idx(log.take_committed(25)), vec![3]);
+        assert_eq!(idx(log.take_committed(25)), vec![4]);
+        assert_eq!(idx(log.take_committed(25)), vec![5]);
+        assert!(!log.has_committed());
+        assert!(log.take_committed(25).is_empty());
+        log.advance();
+        assert_eq!(log.applied(), 5);
+    }
+
     #[test]
     fn truncate_clamps_persistence_watermarks_and_compaction_keeps_terms() {
         let mut log = RaftLog::new(None, ents(&[1, 1, 2]));
@@ -354,7 +385,7 @@ mod tests {
         log.append(&[e]);
         assert_eq!(log.take_unstable().len(), 1);
         log.commit_to(2);
-        assert_eq!(log.take_committed().len(), 2);
+        assert_eq!(log.take_committed(usize::MAX).len(), 2);
         log.advance();
         assert_eq!(log.applied(), 2);
         let snap = Snapshot {

@@ -1945,7 +1945,9 @@ impl Raft {
             snapshot: self.log.take_pending_snapshot(),
             entries: self.log.take_unstable(),
             messages: std::mem::take(&mut self.msgs),
-            committed_entries: self.log.take_committed(),
+            committed_entries: self
+                .log
+                .take_committed(self.cfg.max_committed_bytes_per_ready),
             read_states: std::mem::take(&mut self.read_states),
             read_refusals: std::mem::take(&mut self.read_refusals),
             dataplane: self.dp.cmd.take(),

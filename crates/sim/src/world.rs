@@ -525,6 +525,13 @@ impl World {
             },
             // Half the seeds with a bound that binds while a cut-off leader takes requests.
             max_uncommitted_entries: if (self.seed >> 2) & 1 == 1 { 64 } else { 1_024 },
+            // A third of the seeds apply a few entries per ready batch, the rest the shipped
+            // slice.
+            max_committed_bytes_per_ready: if self.seed % 3 == 1 {
+                64
+            } else {
+                Config::default().max_committed_bytes_per_ready
+            },
             pre_vote: true,
             check_quorum: true,
             seed: self.seed,
