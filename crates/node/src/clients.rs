@@ -23,9 +23,16 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use crate::replica::{Event, Handle, Replier};
 use crate::stop::Stop;
 
-/// The poll token the replica loop keeps for its [`Inbox`]'s bell (and a front-end thread for
-/// its stop flag); a [`ClientLoop`] registers its sources from [`FIRST_TOKEN`] on.
+/// The poll token of the poll's one waker: the replica loop's [`Bell`], or a front-end
+/// thread's; a [`ClientLoop`] registers its sources from [`FIRST_TOKEN`] on.
 pub const BELL: Token = Token(0);
+
+/// A front-end thread's stop flag on its poll.
+const STOP: Token = Token(usize::MAX);
+
+/// Wakes the poll a [`ClientLoop`] runs on (if it sleeps): for answers given on another
+/// thread. A poll has one waker, which the front-end shares.
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
 /// The first token a [`ClientLoop`] may register.
 pub const FIRST_TOKEN: usize = 1;
@@ -50,8 +57,8 @@ impl Propose for Handle {
 /// An event-driven client front-end the replica loop (or a thread of its own) drives.
 pub trait ClientLoop: Send + 'static {
     /// Registers its sockets on `registry` with tokens from [`FIRST_TOKEN`] on; `handle` is the
-    /// replica's (status, counters, admission).
-    fn register(&mut self, registry: &Registry, handle: &Handle) -> io::Result<()>;
+    /// replica's (status, counters, admission); `wake` wakes the poll.
+    fn register(&mut self, registry: &Registry, handle: &Handle, wake: Wake) -> io::Result<()>;
     /// An event of one of its sources.
     fn event(&mut self, registry: &Registry, ev: &IoEvent, to: &mut dyn Propose);
     /// After the events of a poll and after every pass over the replica's ready batches:
@@ -90,9 +97,9 @@ impl Bell {
         self.asleep.store(false, Ordering::Relaxed);
     }
 
-    /// After an event was queued: wakes the loop if it sleeps (one write of its eventfd per
-    /// sleep, whatever the number of senders).
-    fn ring(&self) {
+    /// After an event was queued (or an answer left): wakes the loop if it sleeps (one write
+    /// of its eventfd per sleep, whatever the number of senders).
+    pub fn ring(&self) {
         fence(Ordering::SeqCst);
         if self.asleep.load(Ordering::SeqCst) && self.asleep.swap(false, Ordering::SeqCst) {
             let _ = self.waker.wake();
@@ -141,8 +148,12 @@ pub fn serve_on_own_thread(
     let mut poll = Poll::new()?;
     let stop_fd = stop.fd();
     poll.registry()
-        .register(&mut SourceFd(&stop_fd), BELL, Interest::READABLE)?;
-    fe.register(poll.registry(), &handle)?;
+        .register(&mut SourceFd(&stop_fd), STOP, Interest::READABLE)?;
+    let waker = Arc::new(Waker::new(poll.registry(), BELL)?);
+    let wake: Wake = Arc::new(move || {
+        let _ = waker.wake();
+    });
+    fe.register(poll.registry(), &handle, wake)?;
     let mut to = handle;
     let mut events = Events::with_capacity(POLL_EVENTS);
     while !stop.is_set() {
@@ -158,7 +169,7 @@ pub fn serve_on_own_thread(
             return Err(e);
         }
         for ev in events.iter() {
-            if ev.token() != BELL {
+            if ev.token() != BELL && ev.token() != STOP {
                 fe.event(poll.registry(), ev, &mut to);
             }
         }

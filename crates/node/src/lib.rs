@@ -240,7 +240,9 @@ pub fn start_replica_with<S: StateMachine>(
     if let Some(mut fe) = front_end {
         match cfg.client_loop {
             config::ClientLoopKind::Replica => {
-                fe.register(poll.registry(), &handle).map_err(|e| {
+                let b = bell.clone();
+                let wake: clients::Wake = Arc::new(move || b.ring());
+                fe.register(poll.registry(), &handle, wake).map_err(|e| {
                     StartError(format!("cannot register the client front-end: {e}"))
                 })?;
                 on_loop = Some(fe);

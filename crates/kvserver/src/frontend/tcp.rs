@@ -28,11 +28,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
-use mio::{Interest, Registry, Token, Waker};
+use mio::{Interest, Registry, Token};
 
 use waverunner_kv::codec::{batch_command, decode_response, encode_op};
 use waverunner_kv::{memcache, resp, Response};
-use waverunner_node::clients::{ClientLoop, Propose, FIRST_TOKEN};
+use waverunner_node::clients::{ClientLoop, Propose, Wake, FIRST_TOKEN};
 use waverunner_node::replica::{ClientError, Handle};
 
 use super::memcache as memcache_fe;
@@ -58,8 +58,7 @@ const READ_CHUNK: usize = 64 << 10;
 /// were applied) while any is parked.
 const PARKED_TICK: Duration = Duration::from_millis(2);
 
-const WAKER: Token = Token(FIRST_TOKEN);
-const LISTENER0: usize = FIRST_TOKEN + 1;
+const LISTENER0: usize = FIRST_TOKEN;
 const CONN0: usize = 16;
 
 /// How to turn the store's response into the reply a command expects.
@@ -337,7 +336,8 @@ struct Done {
 /// connection waits here (`max_connections` per listener).
 struct Completions {
     done: Mutex<Vec<Done>>,
-    waker: Waker,
+    /// Wakes the poll the front-end runs on.
+    wake: Wake,
     /// The front-end looks before it sleeps: later answers do not write the eventfd. Only a
     /// front-end on a thread of its own sleeps apart from the replica loop, and only then is
     /// its eventfd written.
@@ -348,7 +348,7 @@ impl Completions {
     fn push(&self, d: Done) {
         self.done.lock().expect("completions").push(d);
         if !self.woken.swap(true, Ordering::AcqRel) {
-            let _ = self.waker.wake();
+            (self.wake)();
         }
     }
 
@@ -402,13 +402,13 @@ impl Frontend {
 }
 
 impl ClientLoop for Frontend {
-    fn register(&mut self, registry: &Registry, handle: &Handle) -> io::Result<()> {
+    fn register(&mut self, registry: &Registry, handle: &Handle, wake: Wake) -> io::Result<()> {
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
             registry.register(l, Token(LISTENER0 + i), Interest::READABLE)?;
         }
         let completions = Arc::new(Completions {
             done: Mutex::new(Vec::new()),
-            waker: Waker::new(registry, WAKER)?,
+            wake,
             woken: AtomicBool::new(false),
         });
         self.lp = Some(Loop {
@@ -433,8 +433,6 @@ impl ClientLoop for Frontend {
             return;
         };
         match ev.token() {
-            // Answers: taken in `turn`.
-            WAKER => {}
             Token(t) if t < CONN0 => {
                 if let Some((l, proto)) = self.listeners.get_mut(t - LISTENER0) {
                     lp.accept(registry, l, *proto);
