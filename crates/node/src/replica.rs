@@ -914,6 +914,10 @@ impl<S: StateMachine> Replica<S> {
                 }
                 bell.awake();
                 if let Some(c) = clients.as_mut() {
+                    // Time first, here too: the process may have been stopped or starved in
+                    // the poll, and a request read now must not be served with the clock of
+                    // before (a lease read from a lease that expired meanwhile).
+                    self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
                     for ev in events.iter() {
                         if ev.token() != BELL {
                             c.event(poll.registry(), ev, &mut Direct(&mut self));
@@ -933,8 +937,10 @@ impl<S: StateMachine> Replica<S> {
                 self.counters.slow_drives += 1;
                 tracing::warn!("one ready batch took {} ms", took.as_millis());
             }
-            // The answers the batches gave go out now.
+            // The answers the batches gave go out now (and what they let connections send:
+            // time first again).
             if let Some(c) = clients.as_mut() {
+                self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
                 c.turn(&mut Direct(&mut self));
             }
         }
