@@ -873,28 +873,6 @@ impl<P: DataPlane> DataPlaneHost<P> {
         }
     }
 
-    /// Forwards a request (`env`, an encoded envelope naming this replica as its origin) to
-    /// the leader's data plane, as a client request of session `client`/`seq`. False if the
-    /// leader's fast-path address is unknown, the envelope does not fit a datagram, or the
-    /// send failed: the caller forwards it over the replica transport instead.
-    pub fn forward(&mut self, leader: u64, client: u64, seq: u64, env: &[u8]) -> bool {
-        let Some(&to) = self.peers.get(&leader) else {
-            return false;
-        };
-        if env.len() > fp::MAX_PAYLOAD as usize {
-            return false;
-        }
-        let h = fp::Header {
-            kind: fp::CLIENT_REQUEST,
-            from: client,
-            seq,
-            ..fp::Header::new(u64::from(self.group))
-        };
-        self.plane
-            .send_to(&packet(h, env), SocketAddr::V4(to))
-            .is_ok()
-    }
-
     /// Remembers the native client of an entry the data plane ordered (leader).
     fn remember(&mut self, index: u64, c: DpClient) {
         if self.clients.len() >= MAX_DP_CLIENTS {

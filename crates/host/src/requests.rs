@@ -1,6 +1,6 @@
 //! Client requests at one replica, from the moment a front-end submits one until it is
 //! answered: a write goes into the log (leader) or to the leader (follower: over the replica
-//! transport, or over the fast path when the data plane replicates); a read goes to ReadIndex
+//! transport, also while the data plane replicates); a read goes to ReadIndex
 //! and waits for the apply ([`crate::reads`]), or through the log when the leader refused its
 //! ReadIndex; with the data plane on, reads are batched behind one read through the log
 //! ([`ReadBatch`]); without a leader a request waits and is routed again
@@ -317,7 +317,6 @@ impl<T> Requests<T> {
             return;
         };
         assert_eq!(r.stage, Stage::Routing, "request {id} routed twice");
-        let dp_on = matches!(cx.raft.dataplane_state(), DataPlaneState::On { .. });
         let dp_off = matches!(cx.raft.dataplane_state(), DataPlaneState::Off);
         if r.read && dp_off {
             match cx.raft.read_index(id.to_le_bytes().to_vec()) {
@@ -384,27 +383,11 @@ impl<T> Requests<T> {
             self.retry.push(id);
             return;
         }
-        // With the data plane on, a follower forwards a write over the fast path: the
-        // leader's data plane orders it like a client's, and this replica answers its client
-        // when it applies the entry. A lost datagram ends in a timeout (outcome unknown),
-        // never in a double apply: nothing resends it.
-        if dp_on {
-            if let Some(d) = cx.dp.as_deref_mut() {
-                let env = EnvelopeRef {
-                    origin: self.me,
-                    req: id,
-                    client: r.client,
-                    seq: r.seq,
-                    now_ms: 0,
-                    command: &r.command,
-                };
-                if d.forward(leader, r.client, r.seq, &env.encode()) {
-                    r.stage = Stage::Forwarded;
-                    self.stats.forwarded += 1;
-                    return;
-                }
-            }
-        }
+        // A follower forwards a write over the replica transport, also with the data plane
+        // on: the leader proposes it (its data plane then replicates it) or NACKs it (not
+        // proposed: busy, no longer leader), and the request is routed again. Over the fast
+        // path, a datagram the leader's data plane shed or lost ended in a timeout (outcome
+        // unknown), since a busy reply cannot tell a shed copy from an ordered duplicate.
         self.effects.push(Effect::Forward {
             to: leader,
             req: id,
