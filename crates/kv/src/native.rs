@@ -38,7 +38,8 @@ pub struct Request {
     pub seq: u64,
     /// The operation.
     pub op: Op,
-    /// The replica that forwarded it over the fast path (0: sent by a client).
+    /// Non-zero: a replica's forward (replicas forward over TCP, so the native front-end
+    /// refuses such a datagram as bad input); 0: sent by a client.
     pub origin: u64,
     /// That replica's request id (0 from a client).
     pub req: u64,

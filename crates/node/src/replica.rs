@@ -215,9 +215,6 @@ pub enum Event {
     Ring,
     /// A fast-path packet the data plane passed up: (source, UDP payload).
     Fast(SocketAddr, Vec<u8>),
-    /// A request another replica forwarded over the fast path while this replica's data
-    /// plane was off: propose it as it is (its origin answers the client).
-    FastForward(Envelope),
     /// Stop.
     Shutdown,
 }
@@ -396,11 +393,6 @@ impl Handle {
             Err(TrySendError::Full(_)) => Err(AdminError::Busy),
             Err(TrySendError::Disconnected(_)) => Err(AdminError::ShuttingDown),
         }
-    }
-
-    /// A request another replica forwarded over the fast path (envelope with its origin).
-    pub fn forwarded(&self, env: Envelope) {
-        let _ = self.tx.try_send(Event::FastForward(env));
     }
 
     /// Counts a bad client input.
@@ -970,7 +962,6 @@ impl<S: StateMachine> Replica<S> {
             Event::ClientError => "a client error",
             Event::Ring => "the ring",
             Event::Fast(..) => "a fast-path packet",
-            Event::FastForward(_) => "a forwarded request",
             Event::Shutdown => "shutdown",
         };
         let go_on = self.on_event_inner(ev);
@@ -989,7 +980,6 @@ impl<S: StateMachine> Replica<S> {
             Event::ClientError => self.counters.client_errors += 1,
             Event::Ring => self.on_ring(),
             Event::Fast(src, pkt) => self.on_fast(src, &pkt),
-            Event::FastForward(env) => self.on_fast_forward(env),
             Event::Shutdown => return false,
         }
         true
@@ -1731,18 +1721,7 @@ impl<S: StateMachine> Replica<S> {
         d.on_packet(&mut self.raft, src, pkt, removed, now);
     }
 
-    /// A request forwarded by replica `env.origin` over the fast path reached this replica's
-    /// host: propose it unchanged if this replica leads (its origin answers), else drop it
-    /// (the origin times out).
-    fn on_fast_forward(&mut self, env: Envelope) {
-        if env.origin == 0 || env.origin == self.cfg.id {
-            return;
-        }
-        self.propose_forwarded(env);
-    }
-
-    /// A request replica `env.origin` forwarded (over TCP or the fast path): the host
-    /// proposes it or NACKs it.
+    /// A request replica `env.origin` forwarded over TCP: the host proposes it or NACKs it.
     fn propose_forwarded(&mut self, env: Envelope) {
         let mut cx = cx!(self);
         self.requests.propose_forwarded(env, &mut cx);

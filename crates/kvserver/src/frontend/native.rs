@@ -10,7 +10,6 @@ use waverunner_kv::codec::{decode_response, encode_op};
 use waverunner_kv::native::{self as proto, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 
 use waverunner_node::replica::{ClientError, Handle};
-use waverunner_node::sm::Envelope;
 use waverunner_node::stop::Stop;
 
 /// The native front-end: decodes request datagrams, submits them, and answers from the
@@ -41,20 +40,17 @@ impl Native {
                 return;
             }
         };
-        let mut command = Vec::new();
-        encode_op(&req.op, &mut command);
         if req.origin != 0 {
-            // Another replica forwarded this over the fast path; it answers its client.
-            self.handle.forwarded(Envelope {
-                origin: req.origin,
-                req: req.req,
-                client: req.client,
-                seq: req.seq,
-                now_ms: 0,
-                command,
-            });
+            // Replicas forward over TCP; a datagram naming an origin is not a client's.
+            tracing::debug!(
+                "dropped a datagram from {peer} naming origin {}",
+                req.origin
+            );
+            self.handle.client_error();
             return;
         }
+        let mut command = Vec::new();
+        encode_op(&req.op, &mut command);
         let (out, h, self_id) = (self.sock.clone(), self.handle.clone(), self.self_id);
         let seq = req.seq;
         self.handle.submit(
