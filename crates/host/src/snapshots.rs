@@ -288,27 +288,22 @@ mod tests {
     fn a_lagging_data_plane_follower_keeps_the_log_for_a_while() {
         let mut r = leader_with(300);
         let mut c = Compaction::new(30, u64::MAX);
-        let s = snap(&r, 30);
-        c.taken(&mut r, s, Some(10));
-        let s = snap(&r, 60);
-        c.taken(&mut r, s, Some(10));
-        assert_eq!(r.first_index(), 1, "the follower at 10 needs 11..");
-        let s = snap(&r, 90);
-        c.taken(&mut r, s, Some(10));
-        assert_eq!(r.first_index(), 1);
-        let s = snap(&r, 120);
-        c.taken(&mut r, s, Some(10));
+        // A snapshot at `at`, the data-plane follower's match index `lag`: the first index kept.
+        let mut take = |at: u64, lag: u64| {
+            let s = snap(&r, at);
+            c.taken(&mut r, s, Some(lag));
+            r.first_index()
+        };
+        take(30, 10);
+        assert_eq!(take(60, 10), 1, "the follower at 10 needs 11..");
+        assert_eq!(take(90, 10), 1);
         assert_eq!(
-            r.first_index(),
+            take(120, 10),
             91,
             "four periods kept: compacted anyway, to the one before the newest"
         );
-        let s = snap(&r, 150);
-        c.taken(&mut r, s, Some(140));
-        assert_eq!(r.first_index(), 121, "caught up: as without a data plane");
-        let s = snap(&r, 180);
-        c.taken(&mut r, s, Some(175));
-        assert_eq!(r.first_index(), 151);
+        assert_eq!(take(150, 140), 121, "caught up: as without a data plane");
+        assert_eq!(take(180, 175), 151);
     }
 
     #[test]

@@ -15,7 +15,12 @@ fn dp_net(f: impl Fn(&mut Config)) -> Net {
 
 /// Elect 1 and let it enable the data plane with RequestVoteFPGA.
 fn enabled() -> Net {
-    let mut net = dp_net(|_| {});
+    enabled_with(|_| {})
+}
+
+/// [`enabled`], with the configuration changed by `f`.
+fn enabled_with(f: impl Fn(&mut Config)) -> Net {
+    let mut net = dp_net(f);
     net.elect(1);
     net.tick(1);
     assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 2 });
@@ -696,10 +701,7 @@ fn backoff_delays_the_next_enable_after_a_disable() {
 /// and a small one afterwards goes through the data plane again once it is back.
 #[test]
 fn a_proposal_larger_than_a_packet_hands_over_to_software() {
-    let mut net = dp_net(|c| c.dataplane_max_proposal = 100);
-    net.elect(1);
-    net.tick(1);
-    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 2 });
+    let mut net = enabled_with(|c| c.dataplane_max_proposal = 100);
     // Small enough: the data plane takes it.
     assert_eq!(net.rm(1).propose(vec![1; 100]), Ok(Proposal::ViaDataPlane));
     assert_eq!(net.rm(1).propose(vec![2; 101]), Err(ProposeError::Retry));
@@ -729,10 +731,7 @@ fn a_proposal_larger_than_a_packet_hands_over_to_software() {
 /// makes room again.
 #[test]
 fn the_data_plane_leader_refuses_proposals_past_its_in_flight_bound() {
-    let mut net = dp_net(|c| c.dataplane_max_inflight = 4);
-    net.elect(1);
-    net.tick(1);
-    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 2 });
+    let mut net = enabled_with(|c| c.dataplane_max_inflight = 4);
     // Waiting to be pushed counts.
     for i in 0..4 {
         assert_eq!(net.rm(1).propose(vec![i]), Ok(Proposal::ViaDataPlane));
