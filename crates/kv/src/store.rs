@@ -41,9 +41,10 @@
 
 use std::borrow::Borrow;
 use std::collections::BTreeSet;
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use imbl::{OrdMap, OrdSet};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
@@ -395,7 +396,43 @@ pub struct KvStore {
     hash_sum: u64,
     /// Sum of every item's [`Rec::cost`]: [`KvStore::used_memory`] in O(1).
     used: u64,
+    /// Items replaced or removed while a snapshot view still shared them ([`Graves`]).
+    graves: Graves,
 }
+
+/// Items the store let go of while a snapshot view still held them, kept until the view is
+/// gone and then freed here, a few at a time ([`KvStore::reclaim`]).
+///
+/// Why: a view is dropped by the thread that wrote it. Freed there, the items it alone kept
+/// (every value overwritten during the snapshot: 400 000 under a write flood) were memory the
+/// replica loop had allocated, and mimalloc hands blocks freed by another thread back to
+/// their owner, which takes them all in its next allocation: the loop stalled 40–150 ms at the
+/// end of each snapshot of 1 M keys, and followers timed out their leader.
+#[derive(Default)]
+struct Graves(Mutex<VecDeque<Grave>>);
+
+/// The items one view kept alive.
+struct Grave {
+    /// The view holds the other reference while it lives.
+    view: Arc<()>,
+    items: Vec<Rec>,
+}
+
+impl Grave {
+    fn view_alive(&self) -> bool {
+        Arc::strong_count(&self.view) > 1
+    }
+}
+
+impl Clone for Graves {
+    /// A copy of the store shares no graves: what they hold belongs to the original's views.
+    fn clone(&self) -> Graves {
+        Graves::default()
+    }
+}
+
+/// Items freed from the graves per item buried: the graves empty faster than they fill.
+const RECLAIM_PER_BURIAL: usize = 2;
 
 impl PartialEq for KvStore {
     fn eq(&self, other: &KvStore) -> bool {
@@ -1138,7 +1175,21 @@ impl KvStore {
     /// the store, which copies only what it changes afterwards. Another thread can write it
     /// ([`SnapshotView::write_to`]) while the store keeps applying.
     pub fn snapshot_view(&self) -> SnapshotView {
+        let alive = Arc::new(());
+        let mut graves = self.graves.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Graves of views gone and emptied go; a view's grave opens empty.
+        while graves
+            .front()
+            .is_some_and(|g| !g.view_alive() && g.items.is_empty())
+        {
+            graves.pop_front();
+        }
+        graves.push_back(Grave {
+            view: Arc::clone(&alive),
+            items: Vec::new(),
+        });
         SnapshotView {
+            _alive: alive,
             items: self.items.clone(),
             colls: self.colls.clone(),
             touched: self.touched.clone(),
@@ -1343,6 +1394,7 @@ impl KvStore {
     fn insert(&mut self, rec: Rec) {
         if let Some(old) = self.items.insert(rec.clone()) {
             self.forget(&old);
+            self.bury(&old);
         }
         if let Some(t) = rec.expire_at() {
             self.expiries.insert((t, rec.key().to_vec()));
@@ -1356,7 +1408,50 @@ impl KvStore {
         let old = self.items.remove(key)?;
         self.forget(&old);
         self.touch(key);
+        self.bury(&old);
         Some(old)
+    }
+
+    /// `old` was just replaced or removed: while a live view shares it (the view's thread must
+    /// not be the one to free it), a copy goes to the newest grave.
+    fn bury(&mut self, old: &Rec) {
+        // The caller's is the only copy the store had: more means a view holds it (or another
+        // copy of the store, whose items are freed wherever it is dropped).
+        if Arc::strong_count(&old.0) == 1 {
+            return;
+        }
+        self.reclaim(RECLAIM_PER_BURIAL);
+        let graves = self.graves.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = graves.back_mut().filter(|g| g.view_alive()) {
+            g.items.push(old.clone());
+        }
+    }
+
+    /// Frees at most `budget` items that snapshot views kept alive and no longer do (oldest
+    /// view first); returns how many it freed. The store calls it as it buries items; an
+    /// owner with a loop calls it between batches too, so the graves empty once writes stop.
+    pub fn reclaim(&mut self, budget: usize) -> usize {
+        let graves = self.graves.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        let mut freed = 0;
+        while let Some(g) = graves.front_mut() {
+            if g.view_alive() {
+                break;
+            }
+            let n = (budget - freed).min(g.items.len());
+            g.items.truncate(g.items.len() - n);
+            freed += n;
+            if !g.items.is_empty() {
+                break;
+            }
+            graves.pop_front();
+        }
+        freed
+    }
+
+    /// Items the graves hold (kept alive by snapshot views, or waiting for [`KvStore::reclaim`]).
+    pub fn buried(&self) -> usize {
+        let graves = self.graves.0.lock().unwrap_or_else(|e| e.into_inner());
+        graves.iter().map(|g| g.items.len()).sum()
     }
 
     /// Remembers that `key` changed at the index being applied, in a way its record does
@@ -1631,6 +1726,8 @@ impl KvStore {
 /// another thread.
 #[derive(Clone)]
 pub struct SnapshotView {
+    /// Its store's grave for it stays shut while this lives ([`Graves`]).
+    _alive: Arc<()>,
     items: OrdSet<Rec>,
     colls: OrdMap<Bytes, Coll>,
     touched: OrdMap<Bytes, u64>,

@@ -1727,6 +1727,69 @@ fn a_snapshot_view_is_unchanged_by_later_writes() {
 }
 
 #[test]
+fn values_a_view_kept_are_freed_by_the_store_once_the_view_is_gone() {
+    let mut s = KvStore::new();
+    let mut index = 0;
+    let mut apply = |s: &mut KvStore, op: Op| {
+        index += 1;
+        s.apply(index, 1000, &op)
+    };
+    for i in 0..100 {
+        apply(&mut s, set(&format!("k{i}"), "old"));
+    }
+    let before = s.snapshot();
+    let view = s.snapshot_view();
+    // Overwritten or deleted while the view shares them: the store keeps them.
+    for i in 0..90 {
+        apply(&mut s, set(&format!("k{i}"), "new"));
+    }
+    for i in 90..100 {
+        apply(
+            &mut s,
+            Op::Del {
+                keys: keys(&[&format!("k{i}")]),
+            },
+        );
+    }
+    assert_eq!(s.buried(), 100);
+    // Values written after the view was taken are the store's alone: freed at once.
+    apply(&mut s, set("k0", "newer"));
+    apply(&mut s, set("fresh", "1"));
+    apply(
+        &mut s,
+        Op::Del {
+            keys: keys(&["fresh"]),
+        },
+    );
+    assert_eq!(s.buried(), 100);
+    // Nothing goes while the view may still read it, and the view reads the old state.
+    assert_eq!(s.reclaim(usize::MAX), 0);
+    let mut bytes = Vec::new();
+    view.write_to(&mut bytes).unwrap();
+    assert_eq!(bytes, before);
+    // The view dropped by another thread (as the replica's snapshot thread does) frees none
+    // of them there: they wait for the store, which frees them in bounded steps.
+    std::thread::spawn(move || drop(view)).join().unwrap();
+    assert_eq!(s.buried(), 100);
+    assert_eq!(s.reclaim(30), 30);
+    assert_eq!(s.buried(), 70);
+    // Each item a later view makes the store let go of frees two of the earlier ones first.
+    let second = s.snapshot_view();
+    apply(&mut s, set("k1", "again"));
+    assert_eq!(s.buried(), 70 - 2 + 1);
+    assert_eq!(
+        s.reclaim(usize::MAX),
+        68,
+        "the second view's grave stays shut"
+    );
+    drop(second);
+    assert_eq!(s.reclaim(usize::MAX), 1);
+    assert_eq!(s.buried(), 0);
+    let got = apply(&mut s, get("k1"));
+    assert_eq!(got, items(vec![item("again", 0, index - 1)]));
+}
+
+#[test]
 fn restore_streams_from_a_reader() {
     let mut s = KvStore::new();
     for (index, now, op) in workload(11, 500) {

@@ -109,6 +109,10 @@ impl StateMachine for KvMachine {
         decode_op(command).is_ok_and(|op| grows(&op))
     }
 
+    fn reclaim(&mut self, budget: usize) -> usize {
+        self.0.reclaim(budget)
+    }
+
     fn housekeeping(&self, now_ms: u64) -> Option<Vec<u8>> {
         if !self.0.expired_waiting(now_ms) {
             return None;

@@ -64,6 +64,14 @@ pub trait StateMachine: Send + 'static {
     fn may_grow(&self, command: &[u8]) -> bool {
         !self.is_read_only(command)
     }
+    /// Frees at most `budget` pieces of memory the state let go of but could not free at
+    /// once (the key-value store keeps the values a snapshot view still shared, so that the
+    /// view's thread does not free the loop's memory); returns how many. The replica calls
+    /// it on its loop between batches and at every tick. The default has nothing to free.
+    fn reclaim(&mut self, budget: usize) -> usize {
+        let _ = budget;
+        0
+    }
     /// A command the leader should propose now for the state's upkeep, in a bounded step (the
     /// key-value store removes expired items this way while no write does it), or `None`.
     /// `now_ms` is the leader's clock. The leader asks at most every
