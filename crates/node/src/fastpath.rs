@@ -54,7 +54,7 @@ pub fn open(
         match (&client_requests, is_request) {
             (Some(f), true) => f(src, pkt),
             _ => {
-                let _ = tx.try_send(Event::Fast(src, pkt.to_vec()));
+                let _ = tx.try_send(Event::Fast(src, pkt.to_vec(), std::time::Instant::now()));
             }
         }
     });

@@ -217,8 +217,9 @@ pub enum Event {
     ClientError,
     /// Records wait on the data plane's log ring.
     Ring,
-    /// A fast-path packet the data plane passed up: (source, UDP payload).
-    Fast(SocketAddr, Vec<u8>),
+    /// A fast-path packet the data plane passed up: (source, UDP payload, when the data
+    /// plane's host thread received it).
+    Fast(SocketAddr, Vec<u8>, Instant),
     /// Stop.
     Shutdown,
 }
@@ -801,19 +802,27 @@ impl<S: StateMachine> Replica<S> {
                 self.role
             );
         }
-        if missed > 0 {
-            while backlog.len() < EVENT_QUEUE {
-                match rx.try_recv() {
-                    Ok(Event::Peer(from, f, arrived)) => {
-                        for _ in 0..replay.before(at(arrived)) {
-                            self.raft.tick();
-                        }
-                        self.heard.insert(from, arrived);
-                        self.on_frame(from, f);
+        // Also on time: what peers and the data plane sent since the last tick may still wait
+        // in the queue behind a busy loop (a follower's held appends waited 50-130 ms under a
+        // write flood, and it timed out a live leader). They prove who was alive when they
+        // came, so they are stepped before the ticks that passed after their arrival.
+        while backlog.len() < EVENT_QUEUE {
+            match rx.try_recv() {
+                Ok(Event::Peer(from, f, arrived)) => {
+                    for _ in 0..replay.before(at(arrived)) {
+                        self.raft.tick();
                     }
-                    Ok(ev) => backlog.push_back(ev),
-                    Err(_) => break,
+                    self.heard.insert(from, arrived);
+                    self.on_frame(from, f);
                 }
+                Ok(Event::Fast(src, pkt, arrived)) => {
+                    for _ in 0..replay.before(at(arrived)) {
+                        self.raft.tick();
+                    }
+                    self.on_fast(src, &pkt);
+                }
+                Ok(ev) => backlog.push_back(ev),
+                Err(_) => break,
             }
         }
         self.on_tick(replay.rest());
@@ -994,7 +1003,13 @@ impl<S: StateMachine> Replica<S> {
             Event::Admin(cmd, reply) => self.on_admin(cmd, reply),
             Event::ClientError => self.counters.client_errors += 1,
             Event::Ring => self.on_ring(),
-            Event::Fast(src, pkt) => self.on_fast(src, &pkt),
+            Event::Fast(src, pkt, at) => {
+                let age = at.elapsed();
+                if age > Duration::from_millis(20) {
+                    tracing::debug!(target: "stall", "node {}: a fast-path packet waited {} µs", self.cfg.id, age.as_micros());
+                }
+                self.on_fast(src, &pkt)
+            }
             Event::Shutdown => return false,
         }
         true
