@@ -413,14 +413,56 @@ struct Graves(Mutex<VecDeque<Grave>>);
 
 /// The items one view kept alive.
 struct Grave {
-    /// The view holds the other reference while it lives.
+    /// The view holds the other reference while it lives (a grave opened for a `FLUSHALL`
+    /// while no view lived has no view: it is drained at once).
     view: Arc<()>,
     items: Vec<Rec>,
+    /// Whole states a `FLUSHALL` let go of: dropped in one go, a million items held the loop
+    /// 60 ms (and a view's thread would have freed them in one go as well).
+    flushed: Vec<Flushed>,
+}
+
+/// What a `FLUSHALL` took out of the store, emptied a piece at a time.
+struct Flushed {
+    items: OrdSet<Rec>,
+    colls: OrdMap<Bytes, Coll>,
+    expiries: BTreeSet<(u64, Bytes)>,
+}
+
+impl Flushed {
+    /// Drops at most `budget` pieces (an item, a collection, an expiry entry); how many.
+    fn drain(&mut self, budget: usize) -> usize {
+        let mut n = 0;
+        while n < budget {
+            let dropped = self.items.remove_min().is_some()
+                // A collection goes whole: O(its elements).
+                || (self.colls.get_min().map(|(k, _)| k.clone()))
+                    .is_some_and(|k| self.colls.remove(&k).is_some())
+                || self.expiries.pop_first().is_some();
+            if !dropped {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.colls.is_empty() && self.expiries.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.items.len() + self.colls.len() + self.expiries.len()
+    }
 }
 
 impl Grave {
     fn view_alive(&self) -> bool {
         Arc::strong_count(&self.view) > 1
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.flushed.is_empty()
     }
 }
 
@@ -778,15 +820,13 @@ impl KvStore {
                 }
             }
             Op::FlushAll => {
-                self.items = OrdSet::new();
-                self.colls = OrdMap::new();
+                self.flush_to_grave();
                 // Every key that existed changed; which ones is not kept (that would cost
                 // time in the number of keys): every watch from before aborts.
                 self.touched = OrdMap::new();
                 self.touched_at = OrdSet::new();
                 self.touched_bytes = 0;
                 self.touched_floor = index;
-                self.expiries.clear();
                 self.hash_sum = 0;
                 self.used = 0;
                 Response::Ok
@@ -1178,13 +1218,14 @@ impl KvStore {
         // Graves of views gone and emptied go; a view's grave opens empty.
         while graves
             .front()
-            .is_some_and(|g| !g.view_alive() && g.items.is_empty())
+            .is_some_and(|g| !g.view_alive() && g.is_empty())
         {
             graves.pop_front();
         }
         graves.push_back(Grave {
             view: Arc::clone(&alive),
             items: Vec::new(),
+            flushed: Vec::new(),
         });
         SnapshotView {
             _alive: alive,
@@ -1454,7 +1495,14 @@ impl KvStore {
             let n = (budget - freed).min(g.items.len());
             g.items.truncate(g.items.len() - n);
             freed += n;
-            if !g.items.is_empty() {
+            while let Some(f) = g.flushed.last_mut() {
+                freed += f.drain(budget - freed);
+                if !f.is_empty() {
+                    break;
+                }
+                g.flushed.pop();
+            }
+            if !g.is_empty() {
                 break;
             }
             graves.pop_front();
@@ -1462,10 +1510,39 @@ impl KvStore {
         freed
     }
 
-    /// Items the graves hold (kept alive by snapshot views, or waiting for [`KvStore::reclaim`]).
+    /// Pieces the graves hold (kept alive by snapshot views, or waiting for
+    /// [`KvStore::reclaim`]): items, and the items, collections and expiry entries of states a
+    /// `FLUSHALL` let go of.
     pub fn buried(&self) -> usize {
         let graves = self.graves.0.lock().unwrap_or_else(|e| e.into_inner());
-        graves.iter().map(|g| g.items.len()).sum()
+        graves
+            .iter()
+            .map(|g| g.items.len() + g.flushed.iter().map(Flushed::len).sum::<usize>())
+            .sum()
+    }
+
+    /// The whole state goes (`FLUSHALL`): to the newest grave while a view shares it, else
+    /// to a grave of its own, emptied by [`KvStore::reclaim`] like the rest.
+    fn flush_to_grave(&mut self) {
+        let flushed = Flushed {
+            items: std::mem::take(&mut self.items),
+            colls: std::mem::take(&mut self.colls),
+            expiries: std::mem::take(&mut self.expiries),
+        };
+        if flushed.is_empty() {
+            return;
+        }
+        let graves = self.graves.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        match graves.back_mut().filter(|g| g.view_alive()) {
+            Some(g) => g.flushed.push(flushed),
+            None => graves.push_back(Grave {
+                view: Arc::new(()),
+                items: Vec::new(),
+                flushed: vec![flushed],
+            }),
+        }
+        // Some of it goes now, as a write's burial frees some.
+        self.reclaim(RECLAIM_PER_BURIAL);
     }
 
     /// Remembers that `key` changed at the index being applied, in a way its record does

@@ -1790,6 +1790,56 @@ fn values_a_view_kept_are_freed_by_the_store_once_the_view_is_gone() {
 }
 
 #[test]
+fn a_flushall_lets_go_of_the_state_a_piece_at_a_time() {
+    let mut s = KvStore::new();
+    let mut index = 0;
+    let mut apply = |s: &mut KvStore, op: Op| {
+        index += 1;
+        s.apply(index, 1000, &op)
+    };
+    for i in 0..100 {
+        apply(&mut s, set(&format!("k{i}"), "v"));
+    }
+    for i in 0..10 {
+        apply(
+            &mut s,
+            set_exp(&format!("t{i}"), "v", Expiry::AtMs(1_000_000)),
+        );
+    }
+    let empty = KvStore::new();
+    // 110 items and 10 expiry entries, none freed by the FLUSHALL itself but two.
+    assert_eq!(apply(&mut s, Op::FlushAll), Response::Ok);
+    assert_eq!(
+        (s.held(), s.used_memory(), s.digest()),
+        (0, 0, empty.digest())
+    );
+    assert_eq!(apply(&mut s, get("k1")), items(vec![None]));
+    assert_eq!(s.buried(), 120 - 2);
+    s.check_invariants();
+    assert_eq!(s.reclaim(18), 18);
+    assert_eq!(s.reclaim(usize::MAX), 100);
+    assert_eq!(s.buried(), 0);
+
+    // While a snapshot view shares the state, nothing of it goes; the view still reads it.
+    for i in 0..50 {
+        apply(&mut s, set(&format!("k{i}"), "w"));
+    }
+    let before = s.snapshot();
+    let view = s.snapshot_view();
+    apply(&mut s, Op::FlushAll);
+    assert_eq!(s.buried(), 50);
+    assert_eq!(s.reclaim(usize::MAX), 0);
+    let mut bytes = Vec::new();
+    view.write_to(&mut bytes).unwrap();
+    assert_eq!(bytes, before);
+    std::thread::spawn(move || drop(view)).join().unwrap();
+    assert_eq!(s.buried(), 50, "the view's thread freed none of it");
+    assert_eq!(s.reclaim(usize::MAX), 50);
+    assert_eq!(s.buried(), 0);
+    s.check_invariants();
+}
+
+#[test]
 fn restore_streams_from_a_reader() {
     let mut s = KvStore::new();
     for (index, now, op) in workload(11, 500) {
