@@ -855,6 +855,8 @@ impl<S: StateMachine> Replica<S> {
         self.publish();
         // Events taken from the queue during a stall while peers' frames were stepped first.
         let mut backlog: VecDeque<Event> = VecDeque::new();
+        // The state machine had more to free than one step: the loop does not sleep on it.
+        let mut reclaiming = false;
         let mut events = mio::Events::with_capacity(POLL_EVENTS);
         'outer: loop {
             // Take what is queued before persisting: one sync for all (group commit).
@@ -892,10 +894,12 @@ impl<S: StateMachine> Replica<S> {
                     Err(TryRecvError::Disconnected) => break 'outer,
                 }
             }
-            // Sleep only with nothing queued, nothing ready and no answer waiting to be
+            // Sleep only with nothing queued, nothing ready, nothing to free and no answer waiting to be
             // written; a sender rings the bell only while the loop sleeps.
-            let sleep =
-                queued == 0 && !self.raft.has_ready() && clients.as_mut().is_none_or(|c| c.idle());
+            let sleep = queued == 0
+                && !reclaiming
+                && !self.raft.has_ready()
+                && clients.as_mut().is_none_or(|c| c.idle());
             let mut timeout = Some(Duration::ZERO);
             if sleep {
                 bell.sleep();
@@ -943,7 +947,7 @@ impl<S: StateMachine> Replica<S> {
             }
             let t = Instant::now();
             self.drive_for(Some(DRIVE_SLICE))?;
-            self.state.sm.reclaim(SM_RECLAIM_STEP);
+            reclaiming = self.state.sm.reclaim(SM_RECLAIM_STEP) == SM_RECLAIM_STEP;
             let took = t.elapsed();
             if took > SLOW_DRIVE {
                 self.counters.slow_drives += 1;
