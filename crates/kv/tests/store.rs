@@ -1726,117 +1726,100 @@ fn a_snapshot_view_is_unchanged_by_later_writes() {
     assert_eq!(view.applied_index(), before.applied_index());
 }
 
-#[test]
-fn values_a_view_kept_are_freed_by_the_store_once_the_view_is_gone() {
-    let mut s = KvStore::new();
-    let mut index = 0;
-    let mut apply = |s: &mut KvStore, op: Op| {
-        index += 1;
-        s.apply(index, 1000, &op)
-    };
-    for i in 0..100 {
-        apply(&mut s, set(&format!("k{i}"), "old"));
-    }
-    let before = s.snapshot();
-    let view = s.snapshot_view();
-    // Overwritten or deleted while the view shares them: the store keeps them.
-    for i in 0..90 {
-        apply(&mut s, set(&format!("k{i}"), "new"));
-    }
-    for i in 90..100 {
-        apply(
-            &mut s,
-            Op::Del {
-                keys: keys(&[&format!("k{i}")]),
-            },
-        );
-    }
-    assert_eq!(s.buried(), 100);
-    // Values written after the view was taken are the store's alone: freed at once.
-    apply(&mut s, set("k0", "newer"));
-    apply(&mut s, set("fresh", "1"));
-    apply(
-        &mut s,
-        Op::Del {
-            keys: keys(&["fresh"]),
-        },
-    );
-    assert_eq!(s.buried(), 100);
-    // Nothing goes while the view may still read it, and the view reads the old state.
-    assert_eq!(s.reclaim(usize::MAX), 0);
+/// `view` still reads the state `before` was taken of; then it is dropped on another thread,
+/// as the replica's snapshot thread drops it.
+fn view_reads_then_goes(view: waverunner_kv::store::SnapshotView, before: &[u8]) {
     let mut bytes = Vec::new();
     view.write_to(&mut bytes).unwrap();
     assert_eq!(bytes, before);
-    // The view dropped by another thread (as the replica's snapshot thread does) frees none
-    // of them there: they wait for the store, which frees them in bounded steps.
     std::thread::spawn(move || drop(view)).join().unwrap();
-    assert_eq!(s.buried(), 100);
-    assert_eq!(s.reclaim(30), 30);
-    assert_eq!(s.buried(), 70);
+}
+
+#[test]
+fn values_a_view_kept_are_freed_by_the_store_once_the_view_is_gone() {
+    let mut l = Log::new(1000);
+    for i in 0..100 {
+        l.apply(set(&format!("k{i}"), "old"));
+    }
+    let before = l.s.snapshot();
+    let view = l.s.snapshot_view();
+    // Overwritten or deleted while the view shares them: the store keeps them.
+    for i in 0..90 {
+        l.apply(set(&format!("k{i}"), "new"));
+    }
+    for i in 90..100 {
+        l.apply(Op::Del {
+            keys: keys(&[&format!("k{i}")]),
+        });
+    }
+    assert_eq!(l.s.buried(), 100);
+    // Values written after the view was taken are the store's alone: freed at once.
+    l.apply(set("k0", "newer"));
+    l.apply(set("fresh", "1"));
+    l.apply(Op::Del {
+        keys: keys(&["fresh"]),
+    });
+    assert_eq!(l.s.buried(), 100);
+    // Nothing goes while the view may still read it; the view's thread frees none of them:
+    // they wait for the store, which frees them in bounded steps.
+    assert_eq!(l.s.reclaim(usize::MAX), 0);
+    view_reads_then_goes(view, &before);
+    assert_eq!(l.s.buried(), 100);
+    assert_eq!(l.s.reclaim(30), 30);
+    assert_eq!(l.s.buried(), 70);
     // Each item a later view makes the store let go of frees two of the earlier ones first.
-    let second = s.snapshot_view();
-    apply(&mut s, set("k1", "again"));
-    assert_eq!(s.buried(), 70 - 2 + 1);
+    let second = l.s.snapshot_view();
+    l.apply(set("k1", "again"));
+    assert_eq!(l.s.buried(), 70 - 2 + 1);
     assert_eq!(
-        s.reclaim(usize::MAX),
+        l.s.reclaim(usize::MAX),
         68,
         "the second view's grave stays shut"
     );
     drop(second);
-    assert_eq!(s.reclaim(usize::MAX), 1);
-    assert_eq!(s.buried(), 0);
-    let got = apply(&mut s, get("k1"));
-    assert_eq!(got, items(vec![item("again", 0, index - 1)]));
+    assert_eq!(l.s.reclaim(usize::MAX), 1);
+    assert_eq!(l.s.buried(), 0);
+    let cas = l.index;
+    assert_eq!(l.value("k1"), item("again", 0, cas));
 }
 
 #[test]
 fn a_flushall_lets_go_of_the_state_a_piece_at_a_time() {
-    let mut s = KvStore::new();
-    let mut index = 0;
-    let mut apply = |s: &mut KvStore, op: Op| {
-        index += 1;
-        s.apply(index, 1000, &op)
-    };
+    let mut l = Log::new(1000);
     for i in 0..100 {
-        apply(&mut s, set(&format!("k{i}"), "v"));
+        l.apply(set(&format!("k{i}"), "v"));
     }
     for i in 0..10 {
-        apply(
-            &mut s,
-            set_exp(&format!("t{i}"), "v", Expiry::AtMs(1_000_000)),
-        );
+        l.apply(set_exp(&format!("t{i}"), "v", Expiry::AtMs(1_000_000)));
     }
     let empty = KvStore::new();
     // 110 items and 10 expiry entries, none freed by the FLUSHALL itself but two.
-    assert_eq!(apply(&mut s, Op::FlushAll), Response::Ok);
+    assert_eq!(l.apply(Op::FlushAll), Response::Ok);
     assert_eq!(
-        (s.held(), s.used_memory(), s.digest()),
+        (l.s.held(), l.s.used_memory(), l.s.digest()),
         (0, 0, empty.digest())
     );
-    assert_eq!(apply(&mut s, get("k1")), items(vec![None]));
-    assert_eq!(s.buried(), 120 - 2);
-    s.check_invariants();
-    assert_eq!(s.reclaim(18), 18);
-    assert_eq!(s.reclaim(usize::MAX), 100);
-    assert_eq!(s.buried(), 0);
+    assert_eq!(l.value("k1"), None);
+    assert_eq!(l.s.buried(), 120 - 2);
+    l.s.check_invariants();
+    assert_eq!(l.s.reclaim(18), 18);
+    assert_eq!(l.s.reclaim(usize::MAX), 100);
+    assert_eq!(l.s.buried(), 0);
 
     // While a snapshot view shares the state, nothing of it goes; the view still reads it.
     for i in 0..50 {
-        apply(&mut s, set(&format!("k{i}"), "w"));
+        l.apply(set(&format!("k{i}"), "w"));
     }
-    let before = s.snapshot();
-    let view = s.snapshot_view();
-    apply(&mut s, Op::FlushAll);
-    assert_eq!(s.buried(), 50);
-    assert_eq!(s.reclaim(usize::MAX), 0);
-    let mut bytes = Vec::new();
-    view.write_to(&mut bytes).unwrap();
-    assert_eq!(bytes, before);
-    std::thread::spawn(move || drop(view)).join().unwrap();
-    assert_eq!(s.buried(), 50, "the view's thread freed none of it");
-    assert_eq!(s.reclaim(usize::MAX), 50);
-    assert_eq!(s.buried(), 0);
-    s.check_invariants();
+    let before = l.s.snapshot();
+    let view = l.s.snapshot_view();
+    l.apply(Op::FlushAll);
+    assert_eq!(l.s.buried(), 50);
+    assert_eq!(l.s.reclaim(usize::MAX), 0);
+    view_reads_then_goes(view, &before);
+    assert_eq!(l.s.buried(), 50, "the view's thread freed none of it");
+    assert_eq!(l.s.reclaim(usize::MAX), 50);
+    assert_eq!(l.s.buried(), 0);
+    l.s.check_invariants();
 }
 
 #[test]
