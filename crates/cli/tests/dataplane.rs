@@ -340,12 +340,12 @@ fn serve_everything(dir: &Path, no_disables: bool) {
 /// `forwarded` at a follower) must be at most a quarter of the reads. A hand-off in the
 /// middle sends reads to ReadIndex instead (no entry at all), so a try during one is repeated
 /// (three at most), after the whole cluster has the data plane on again.
-fn reads_are_batched(redis: &[SocketAddr], admins: &[SocketAddr], i: usize, key: &str) {
+fn reads_are_batched(resp: &[SocketAddr], admins: &[SocketAddr], i: usize, key: &str) {
     use std::io::Write;
     const CLIENTS: usize = 32;
     const READS: usize = 25;
-    let (redis_addr, admin) = (redis[i], admins[i]);
-    assert_eq!(self::redis(redis_addr, &["SET", key, "batched"]), "OK");
+    let (redis_addr, admin) = (resp[i], admins[i]);
+    assert_eq!(redis(redis_addr, &["SET", key, "batched"]), "OK");
     let get = common::resp_cmd(&[b"GET", key.as_bytes()]);
     let mut last = String::new();
     for _ in 0..3 {

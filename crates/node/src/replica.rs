@@ -62,8 +62,8 @@ const MAX_IDLE_TICKS: u32 = 10;
 /// ticks and events again (the batches left wait for the next turn).
 const DRIVE_SLICE: Duration = Duration::from_millis(5);
 
-/// What the state machine frees at most per turn of the loop and per tick
-/// ([`StateMachine::reclaim`]): about 100 µs of cold frees.
+/// What the state machine frees at most per turn of the loop ([`StateMachine::reclaim`]):
+/// about 100 µs of cold frees. The loop does not sleep while a step found more.
 const SM_RECLAIM_STEP: usize = 1_024;
 
 /// A ready batch that takes longer than this to persist, send and apply is logged and counted
@@ -222,6 +222,17 @@ pub enum Event {
     Fast(SocketAddr, Vec<u8>, Instant),
     /// Stop.
     Shutdown,
+}
+
+impl Event {
+    /// When a peer's frame or a data-plane packet came: news of who was alive then, stepped
+    /// in step with the ticks ([`Replica::tick_if_due`]). Other events carry no such news.
+    fn arrived(&self) -> Option<Instant> {
+        match self {
+            Event::Peer(_, _, at) | Event::Fast(_, _, at) => Some(*at),
+            _ => None,
+        }
+    }
 }
 
 /// Client requests admitted at one replica at most: queued to its loop or in flight there.
@@ -807,22 +818,15 @@ impl<S: StateMachine> Replica<S> {
         // write flood, and it timed out a live leader). They prove who was alive when they
         // came, so they are stepped before the ticks that passed after their arrival.
         while backlog.len() < EVENT_QUEUE {
-            match rx.try_recv() {
-                Ok(Event::Peer(from, f, arrived)) => {
+            let Ok(ev) = rx.try_recv() else { break };
+            match ev.arrived() {
+                Some(arrived) => {
                     for _ in 0..replay.before(at(arrived)) {
                         self.raft.tick();
                     }
-                    self.heard.insert(from, arrived);
-                    self.on_frame(from, f);
+                    self.on_event(ev);
                 }
-                Ok(Event::Fast(src, pkt, arrived)) => {
-                    for _ in 0..replay.before(at(arrived)) {
-                        self.raft.tick();
-                    }
-                    self.on_fast(src, &pkt);
-                }
-                Ok(ev) => backlog.push_back(ev),
-                Err(_) => break,
+                None => backlog.push_back(ev),
             }
         }
         self.on_tick(replay.rest());
@@ -894,8 +898,8 @@ impl<S: StateMachine> Replica<S> {
                     Err(TryRecvError::Disconnected) => break 'outer,
                 }
             }
-            // Sleep only with nothing queued, nothing ready, nothing to free and no answer waiting to be
-            // written; a sender rings the bell only while the loop sleeps.
+            // Sleep only with nothing queued, nothing ready, nothing to free and no answer
+            // waiting to be written; a sender rings the bell only while the loop sleeps.
             let sleep = queued == 0
                 && !reclaiming
                 && !self.raft.has_ready()
@@ -1007,13 +1011,7 @@ impl<S: StateMachine> Replica<S> {
             Event::Admin(cmd, reply) => self.on_admin(cmd, reply),
             Event::ClientError => self.counters.client_errors += 1,
             Event::Ring => self.on_ring(),
-            Event::Fast(src, pkt, at) => {
-                let age = at.elapsed();
-                if age > Duration::from_millis(20) {
-                    tracing::debug!(target: "stall", "node {}: a fast-path packet waited {} µs", self.cfg.id, age.as_micros());
-                }
-                self.on_fast(src, &pkt)
-            }
+            Event::Fast(src, pkt, _) => self.on_fast(src, &pkt),
             Event::Shutdown => return false,
         }
         true
@@ -1219,8 +1217,6 @@ impl<S: StateMachine> Replica<S> {
         }
         self.admin_pending.on_tick(self.now());
         self.answer_admin();
-        // Once writes stop, what the state machine kept for a snapshot's view still goes.
-        self.state.sm.reclaim(SM_RECLAIM_STEP);
         let mut cx = cx!(self);
         self.requests.on_tick(&mut cx);
         self.flush_requests();

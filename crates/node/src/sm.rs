@@ -67,7 +67,8 @@ pub trait StateMachine: Send + 'static {
     /// Frees at most `budget` pieces of memory the state let go of but could not free at
     /// once (the key-value store keeps the values a snapshot view still shared, so that the
     /// view's thread does not free the loop's memory); returns how many. The replica calls
-    /// it on its loop between batches and at every tick. The default has nothing to free.
+    /// it at every turn of its loop, and does not sleep while it returns `budget`. The default
+    /// has nothing to free.
     fn reclaim(&mut self, budget: usize) -> usize {
         let _ = budget;
         0
