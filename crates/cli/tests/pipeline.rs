@@ -26,7 +26,12 @@ fn pipelines_are_answered_in_order_through_every_replica() {
     require_tool("redis-cli");
     let c = cluster3();
     for id in c.ids() {
+        let before = c.status(id).counters.applied_decoded;
         check_pipelines(c.redis_addr(id), &format!("n{id}"), 500);
+        // Applied (or read) as parsed by the replica whose front-end took them, leader and
+        // follower alike: nothing decoded the commands again.
+        let decoded = c.status(id).counters.applied_decoded - before;
+        assert!(decoded > 0, "node {id}: nothing applied as parsed");
         // Served by the replica loop: no front-end thread.
         let names = c.thread_names(id);
         assert!(!names.iter().any(|n| n == "clients"), "{names:?}");

@@ -76,13 +76,14 @@ impl std::fmt::Display for ClientError {
 
 impl std::error::Error for ClientError {}
 
-/// What applying an entry produced for its client.
+/// What applying an entry produced for its client; `R`, the state machine's result as the
+/// replica hands it on (its encoding, by default).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Outcome<R = Vec<u8>> {
     /// Applied now; the state machine's result.
-    Applied(Vec<u8>),
+    Applied(R),
     /// A retry of the session's last command: its remembered result, not applied again.
-    Duplicate(Vec<u8>),
+    Duplicate(R),
     /// An older command of the session than its last one: not applied.
     Stale,
 }
@@ -116,7 +117,7 @@ struct Request<T> {
 
 /// What the caller carries out.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Effect<T> {
+pub enum Effect<T, R = Vec<u8>> {
     /// Send request `req` to the leader `to` over the replica transport.
     Forward {
         /// The leader.
@@ -147,7 +148,7 @@ pub enum Effect<T> {
         /// The caller's token.
         token: T,
         /// The result, or why it failed.
-        result: Result<Vec<u8>, ClientError>,
+        result: Result<R, ClientError>,
         /// It was served as a read (ReadIndex), not through the log.
         read: bool,
         /// From submission to answer.
@@ -194,8 +195,9 @@ pub struct Cx<'a, P: DataPlane> {
     pub wall_ms: u64,
 }
 
-/// The requests of one replica (bounded by [`MAX_IN_FLIGHT`]).
-pub struct Requests<T> {
+/// The requests of one replica (bounded by [`MAX_IN_FLIGHT`]): `T`, the caller's token for
+/// each; `R`, the results they are answered with.
+pub struct Requests<T, R = Vec<u8>> {
     /// This replica.
     me: u64,
     /// A request's deadline before its size is counted.
@@ -220,15 +222,15 @@ pub struct Requests<T> {
     batch: ReadBatch,
     /// When the batch's carrier was last sent.
     carrier_sent: Time,
-    effects: Vec<Effect<T>>,
+    effects: Vec<Effect<T, R>>,
     /// Counters.
     pub stats: RequestStats,
 }
 
-impl<T> Requests<T> {
+impl<T, R> Requests<T, R> {
     /// The requests of replica `me`, whose ids start at `first_id` (distinct per incarnation:
     /// a NACK meant for an earlier one must not match a new request); each may take `timeout`.
-    pub fn new(me: u64, first_id: u64, timeout: Duration) -> Requests<T> {
+    pub fn new(me: u64, first_id: u64, timeout: Duration) -> Requests<T, R> {
         Requests {
             me,
             timeout,
@@ -256,7 +258,7 @@ impl<T> Requests<T> {
     }
 
     /// What the caller must carry out now, in order.
-    pub fn take_effects(&mut self) -> Vec<Effect<T>> {
+    pub fn take_effects(&mut self) -> Vec<Effect<T, R>> {
         std::mem::take(&mut self.effects)
     }
 
@@ -618,8 +620,13 @@ impl<T> Requests<T> {
         self.table.get(&id).map(|r| &r.token)
     }
 
+    /// The token of request `id`, to change.
+    pub fn token_mut(&mut self, id: u64) -> Option<&mut T> {
+        self.table.get_mut(&id).map(|r| &mut r.token)
+    }
+
     /// Answers request `id` with `result`.
-    pub fn answer(&mut self, id: u64, result: Vec<u8>, now: Time) {
+    pub fn answer(&mut self, id: u64, result: R, now: Time) {
         if let Some(r) = self.remove(id) {
             self.stats.answered += 1;
             self.effects.push(Effect::Done {
@@ -672,6 +679,25 @@ impl<T> Requests<T> {
         self.batch.clear();
     }
 
+    /// The token of the request an entry about to be applied carries (`origin`, request `req`,
+    /// session `client`/`seq`) if it is this replica's own write in flight: the one
+    /// [`Requests::on_applied`] answers.
+    pub fn applying_mine(
+        &mut self,
+        origin: u64,
+        req: u64,
+        client: u64,
+        seq: u64,
+    ) -> Option<&mut T> {
+        if origin != self.me {
+            return None;
+        }
+        self.table
+            .get_mut(&req)
+            .filter(|r| r.client == client && r.seq == seq && !r.read)
+            .map(|r| &mut r.token)
+    }
+
     /// Entry `index` was applied: if this replica proposed or forwarded it for a client
     /// (`origin`, request `req`, session `client`/`seq`), answers that client with `outcome`;
     /// if it carried a batch of reads, they are served from the state at `index` on
@@ -684,17 +710,10 @@ impl<T> Requests<T> {
         req: u64,
         client: u64,
         seq: u64,
-        outcome: &Outcome,
+        outcome: Outcome<R>,
         now: Time,
     ) {
-        if origin != self.me {
-            return;
-        }
-        let mine = self
-            .table
-            .get(&req)
-            .is_some_and(|r| r.client == client && r.seq == seq && !r.read);
-        if !mine {
+        if self.applying_mine(origin, req, client, seq).is_none() {
             return;
         }
         if req == self.batch.carrier() && !matches!(outcome, Outcome::Stale) {
@@ -710,10 +729,10 @@ impl<T> Requests<T> {
             }
         }
         match outcome {
-            Outcome::Applied(r) => self.answer(req, r.clone(), now),
+            Outcome::Applied(r) => self.answer(req, r, now),
             Outcome::Duplicate(r) => {
                 self.stats.duplicates += 1;
-                self.answer(req, r.clone(), now);
+                self.answer(req, r, now);
             }
             Outcome::Stale => self.fail(req, ClientError::Stale, now),
         }
@@ -833,7 +852,7 @@ mod tests {
                         if let Ok(env) = Envelope::decode(&e.data, usize::MAX) {
                             let out = Outcome::Applied(format!("at {}", e.index).into_bytes());
                             rq.on_applied(
-                                e.index, env.origin, env.req, env.client, env.seq, &out, self.now,
+                                e.index, env.origin, env.req, env.client, env.seq, out, self.now,
                             );
                         }
                     }

@@ -224,10 +224,10 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
             put_list(out, keys);
         }
         Op::Cmd { args, seed } => {
-            let read_only = args
-                .first()
-                .and_then(|n| crate::types::spec(n))
-                .is_some_and(crate::types::Spec::read_only);
+            // What is encoded decodes (a replica applying a command its front-end decoded
+            // must change the state as the others do from the bytes).
+            let spec = args.first().and_then(|n| crate::types::spec(n));
+            let read_only = spec.expect("a command of a known type").read_only();
             out.push(if read_only { OP_CMD_READ } else { OP_CMD_WRITE });
             put_u64(out, *seed);
             put_list(out, args);
@@ -439,6 +439,12 @@ pub fn encode_op(op: &Op, out: &mut Vec<u8>) {
                         .iter()
                         .all(|o| !matches!(o, Op::Batch(_) | Op::Multi(_))),
                 "an empty or nested transaction"
+            );
+            assert!(
+                ops.iter()
+                    .skip(1)
+                    .all(|o| !matches!(o, Op::WatchCheck { .. })),
+                "a watch check inside a transaction"
             );
             out.push(OP_MULTI);
             put_len(out, ops.len());
@@ -1305,12 +1311,20 @@ mod tests {
         let mut b = Vec::new();
         encode_op(&Op::Multi(vec![check.clone(), Op::DbSize]), &mut b);
         assert!(decode_op(&b).is_ok());
+        // Written by hand: the encoder refuses it (what is encoded decodes).
         b.clear();
-        encode_op(&Op::Multi(vec![Op::DbSize, check]), &mut b);
+        b.push(OP_MULTI);
+        put_len(&mut b, 2);
+        put_nested(&mut b, |o| encode_op(&Op::DbSize, o));
+        put_nested(&mut b, |o| encode_op(&check, o));
         assert_eq!(
             decode_op(&b),
             Err(DecodeError("a watch check inside a transaction"))
         );
+        let refused = std::panic::catch_unwind(|| {
+            encode_op(&Op::Multi(vec![Op::DbSize, check.clone()]), &mut Vec::new())
+        });
+        assert!(refused.is_err(), "the encoder wrote what cannot decode");
         // A batch reads only if all of it does; a malformed one is not a read.
         let reads = Op::Batch(vec![Op::Get { keys: vec![k()] }, Op::DbSize]);
         let mut b = Vec::new();

@@ -1,10 +1,10 @@
 //! The key-value store as a [`StateMachine`]: commands are encoded [`waverunner_kv::Op`]s,
 //! results encoded [`waverunner_kv::Response`]s.
 
-use waverunner_kv::codec::{decode_op, encode_op, encode_response};
+use waverunner_kv::codec::{decode_op, decode_response, encode_op, encode_response};
 use waverunner_kv::{KvStore, Op, Response};
 
-use waverunner_node::sm::{SnapshotView, StateMachine};
+use waverunner_node::sm::{Answer, Decoded, SnapshotView, StateMachine};
 
 /// The store's items shared in O(1) ([`KvStore::snapshot_view`]).
 struct KvView(waverunner_kv::store::SnapshotView);
@@ -29,11 +29,55 @@ fn encode(r: &Response) -> Vec<u8> {
     out
 }
 
+/// The operation a front-end submitted decoded ([`Op`], one or a batch), or `None` for
+/// anything else (then the bytes are applied).
+fn decoded_op(command: &[u8], decoded: Decoded) -> Option<Op> {
+    let Ok(op) = decoded.downcast::<Op>() else {
+        debug_assert!(false, "a front-end submitted something other than an Op");
+        return None;
+    };
+    // The other replicas apply the bytes: they must say the same.
+    debug_assert_eq!(decode_op(command).as_ref(), Ok(&*op));
+    Some(*op)
+}
+
+/// A request's result as the store's [`Response`], answered decoded ([`Answer::Decoded`],
+/// from a request submitted with its [`Op`]) or encoded.
+pub fn response_of(answer: Answer) -> Result<Response, String> {
+    match answer {
+        Answer::Encoded(b) => decode_response(&b).map_err(|e| e.to_string()),
+        Answer::Decoded(r) => r
+            .downcast::<Response>()
+            .map(|r| *r)
+            .map_err(|_| "a result that is not a Response".to_string()),
+    }
+}
+
 impl StateMachine for KvMachine {
     fn apply(&mut self, index: u64, now_ms: u64, command: &[u8]) -> Vec<u8> {
         match decode_op(command) {
             Ok(op) => encode(&self.0.apply(index, now_ms, &op)),
             Err(e) => encode(&Response::Error(format!("malformed command: {e}"))),
+        }
+    }
+
+    fn apply_decoded(
+        &mut self,
+        index: u64,
+        now_ms: u64,
+        command: &[u8],
+        decoded: Decoded,
+    ) -> Answer {
+        match decoded_op(command, decoded) {
+            Some(op) => Answer::Decoded(Box::new(self.0.apply(index, now_ms, &op))),
+            None => Answer::Encoded(self.apply(index, now_ms, command)),
+        }
+    }
+
+    fn query_decoded(&self, now_ms: u64, command: &[u8], decoded: Decoded) -> Answer {
+        match decoded_op(command, decoded) {
+            Some(op) => Answer::Decoded(Box::new(self.0.read(now_ms, &op))),
+            None => Answer::Encoded(self.query(now_ms, command)),
         }
     }
 
@@ -120,5 +164,90 @@ impl StateMachine for KvMachine {
         let mut out = Vec::new();
         encode_op(&Op::Sweep, &mut out);
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waverunner_kv::resp::{command, Action};
+
+    /// The operations a front-end submits for these Redis commands.
+    fn ops(lines: &[&str]) -> Vec<Op> {
+        lines
+            .iter()
+            .map(|l| {
+                let args: Vec<Vec<u8>> = l.split(' ').map(|a| a.as_bytes().to_vec()).collect();
+                match command(&args) {
+                    Action::Store(op, _) => op,
+                    _ => panic!("{l}: not an operation on the store"),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_operation_applied_as_parsed_changes_the_state_as_its_encoding_does() {
+        let mut all = ops(&[
+            "SET a 1",
+            "INCR a",
+            "APPEND a xyz",
+            "SET b 2 PX 5000",
+            "LPUSH l x y z",
+            "HSET h f v g w",
+            "SADD s m n",
+            "ZADD z 1 m 2 n",
+            "GET a",
+            "INCR l",
+            "DEL b",
+            "EXPIRE a 100",
+        ]);
+        let batch = Op::Batch(ops(&["SET c 3", "GET c", "LPOP l", "HDEL h f"]));
+        all.push(batch);
+        let (mut parsed, mut bytes) = (KvMachine::default(), KvMachine::default());
+        for (i, op) in all.into_iter().enumerate() {
+            let index = i as u64 + 1;
+            let now_ms = 1_000 + index;
+            let mut command = Vec::new();
+            encode_op(&op, &mut command);
+            let a = parsed.apply_decoded(index, now_ms, &command, Box::new(op.clone()));
+            assert!(matches!(a, Answer::Decoded(_)), "{op:?} answered encoded");
+            let b = bytes.apply(index, now_ms, &command);
+            assert_eq!(
+                response_of(a),
+                decode_response(&b).map_err(|e| e.to_string())
+            );
+            assert_eq!(parsed.digest(), bytes.digest(), "after {op:?}");
+            // A read as parsed answers as its encoding does.
+            let get = ops(&["GET a"]).remove(0);
+            let mut q = Vec::new();
+            encode_op(&get, &mut q);
+            let read = parsed.query_decoded(now_ms, &q, Box::new(get));
+            assert_eq!(
+                response_of(read),
+                decode_response(&bytes.query(now_ms, &q)).map_err(|e| e.to_string())
+            );
+        }
+        assert!(parsed.size() > 0);
+    }
+
+    #[test]
+    fn what_is_not_an_operation_is_applied_from_the_bytes() {
+        let op = ops(&["SET a 1"]).remove(0);
+        let mut command = Vec::new();
+        encode_op(&op, &mut command);
+        let mut m = KvMachine::default();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            m.apply_decoded(1, 0, &command, Box::new(7u32))
+        }));
+        if cfg!(debug_assertions) {
+            assert!(
+                r.is_err(),
+                "a debug build refuses a front-end's mistake loudly"
+            );
+        } else {
+            assert!(matches!(r, Ok(Answer::Encoded(_))));
+            assert_eq!(m.size(), 1);
+        }
     }
 }

@@ -348,6 +348,9 @@ pub struct Counters {
     pub reads_batched: u64,
     /// Entries applied.
     pub applied_entries: u64,
+    /// Commands and reads of this replica's front-end applied or read as the front-end
+    /// decoded them, without decoding the command ([`crate::sm::StateMachine::apply_decoded`]).
+    pub applied_decoded: u64,
     /// Client requests answered successfully.
     pub answered: u64,
     /// Client requests that timed out (outcome unknown to the client).
@@ -537,6 +540,11 @@ impl Status {
                 c.held_back,
             ),
             ("commits_total", "Entries applied.", c.applied_entries),
+            (
+                "applied_decoded_total",
+                "Front-end commands applied or read as parsed, without decoding.",
+                c.applied_decoded,
+            ),
             ("answered_total", "Requests answered.", c.answered),
             (
                 "reads_refused_total",

@@ -22,7 +22,8 @@ use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
 use crate::fastpath::{DpHost, SoftwareLatency};
 use crate::metrics::{Counters, MemberStatus, Status};
 use crate::sm::{
-    EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated, StateMachine,
+    Answer, Decoded, EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated,
+    StateMachine,
 };
 use crate::stop::Stop;
 use crate::transport::Transport;
@@ -72,8 +73,9 @@ const SLOW_DRIVE: Duration = Duration::from_millis(50);
 
 pub use waverunner_host::requests::ClientError;
 
-/// Called once with the result of a client request.
-pub type Replier = Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>;
+/// Called once with the result of a client request (decoded only for a request submitted
+/// with its command decoded).
+pub type Replier = Box<dyn FnOnce(Result<Answer, ClientError>) + Send>;
 
 /// A client request for the replica loop.
 pub struct Submit {
@@ -83,8 +85,18 @@ pub struct Submit {
     pub seq: u64,
     /// The state-machine command.
     pub command: Vec<u8>,
+    /// The command as the front-end had it before encoding it (sessionless requests only):
+    /// applied or read without decoding `command`, and answered with the result as is.
+    pub decoded: Option<Decoded>,
     /// Where the answer goes.
     pub reply: Replier,
+}
+
+/// A request in the host's table: where its answer goes, and its command as the front-end
+/// decoded it, until it is applied or read.
+struct Pending {
+    reply: Replier,
+    decoded: Option<Decoded>,
 }
 
 /// A membership or leadership command (admin HTTP `POST /membership`, `/transfer-leader`).
@@ -362,8 +374,15 @@ impl Handle {
     }
 
     /// Submits a request; `reply` is called exactly once (at once with busy when
-    /// [`MAX_ADMITTED`] requests are pending).
-    pub fn submit(&self, client: u64, seq: u64, command: Vec<u8>, reply: Replier) {
+    /// [`MAX_ADMITTED`] requests are pending). `decoded`: see [`Submit::decoded`].
+    pub fn submit(
+        &self,
+        client: u64,
+        seq: u64,
+        command: Vec<u8>,
+        decoded: Option<Decoded>,
+        reply: Replier,
+    ) {
         let Some(reply) = self.admission.admit_reply(reply) else {
             return;
         };
@@ -371,6 +390,7 @@ impl Handle {
             client,
             seq,
             command,
+            decoded,
             reply,
         };
         match self.tx.try_send(Event::Submit(s)) {
@@ -390,8 +410,9 @@ impl Handle {
             client,
             seq,
             command,
+            None,
             Box::new(move |r| {
-                let _ = tx.send(r);
+                let _ = tx.send(r.map(Answer::encoded));
             }),
         );
         rx.recv().unwrap_or(Err(ClientError::ShuttingDown))
@@ -501,7 +522,14 @@ pub struct LoopIo {
 struct Direct<'a, S: StateMachine>(&'a mut Replica<S>);
 
 impl<S: StateMachine> Propose for Direct<'_, S> {
-    fn submit(&mut self, client: u64, seq: u64, command: Vec<u8>, reply: Replier) {
+    fn submit(
+        &mut self,
+        client: u64,
+        seq: u64,
+        command: Vec<u8>,
+        decoded: Option<Decoded>,
+        reply: Replier,
+    ) {
         let Some(reply) = self.0.admission.admit_reply(reply) else {
             return;
         };
@@ -510,6 +538,7 @@ impl<S: StateMachine> Propose for Direct<'_, S> {
             client,
             seq,
             command,
+            decoded,
             reply,
         });
         stall(self.0.cfg.id, t, || "a client request".into());
@@ -540,7 +569,7 @@ pub struct Replica<S: StateMachine> {
     heard: HashMap<u64, Instant>,
     addresses: crate::metrics::Addresses,
     /// Client requests from submission to answer (the host's routing).
-    requests: Requests<Replier>,
+    requests: Requests<Pending, Answer>,
     counters: Counters,
     role: Role,
     /// What the ready handling remembers between batches (the hard state stored and the
@@ -1134,8 +1163,14 @@ impl<S: StateMachine> Replica<S> {
         let read =
             self.cfg.read_mode != ReadModeConfig::Log && self.state.sm.is_read_only(&s.command);
         let mut cx = cx!(self);
+        // A session's result is remembered encoded: its request is applied from the bytes.
+        let decoded = s.decoded.filter(|_| s.client == 0);
+        let token = Pending {
+            reply: s.reply,
+            decoded,
+        };
         self.requests
-            .submit(&mut cx, s.client, s.seq, s.command, read, s.reply);
+            .submit(&mut cx, s.client, s.seq, s.command, read, token);
         self.flush_requests();
     }
 
@@ -1171,7 +1206,7 @@ impl<S: StateMachine> Replica<S> {
                     if result.is_ok() {
                         self.latencies.record(read, latency.as_micros() as u64);
                     }
-                    token(result);
+                    (token.reply)(result);
                 }
             }
         }
@@ -1374,15 +1409,32 @@ impl<S: StateMachine> Replica<S> {
                     continue;
                 }
             };
-            let outcome = self.state.apply(e.index, &env);
-            self.admission.set_applied(e.index);
             if env.origin == 0 {
+                let outcome = self.state.apply(e.index, &env);
+                self.admission.set_applied(e.index);
                 self.answer_fast_client(e.index, &env, &outcome);
                 continue;
             }
+            // This replica's own request, submitted decoded: applied without decoding it.
+            let decoded = self
+                .requests
+                .applying_mine(env.origin, env.req, env.client, env.seq)
+                .and_then(|p| p.decoded.take());
+            let outcome = match decoded {
+                Some(d) => {
+                    self.counters.applied_decoded += 1;
+                    Outcome::Applied(self.state.apply_decoded(e.index, &env, d))
+                }
+                None => match self.state.apply(e.index, &env) {
+                    Outcome::Applied(r) => Outcome::Applied(Answer::Encoded(r)),
+                    Outcome::Duplicate(r) => Outcome::Duplicate(Answer::Encoded(r)),
+                    Outcome::Stale => Outcome::Stale,
+                },
+            };
+            self.admission.set_applied(e.index);
             let now = self.now();
             self.requests.on_applied(
-                e.index, env.origin, env.req, env.client, env.seq, &outcome, now,
+                e.index, env.origin, env.req, env.client, env.seq, outcome, now,
             );
         }
     }
@@ -1463,13 +1515,18 @@ impl<S: StateMachine> Replica<S> {
     fn serve_reads(&mut self) {
         let now = self.now();
         for (_, id) in self.requests.reads_ready(self.state.applied) {
+            let decoded = self.requests.token_mut(id).and_then(|p| p.decoded.take());
             let Some(command) = self.requests.command(id) else {
                 continue;
             };
-            let result = self
-                .state
-                .sm
-                .query(wall_ms().max(self.state.now_ms), command);
+            let now_ms = wall_ms().max(self.state.now_ms);
+            let result = match decoded {
+                Some(d) => {
+                    self.counters.applied_decoded += 1;
+                    self.state.sm.query_decoded(now_ms, command, d)
+                }
+                None => Answer::Encoded(self.state.sm.query(now_ms, command)),
+            };
             self.requests.answer(id, result, now);
         }
     }
@@ -1955,11 +2012,17 @@ mod tests {
         let tx = Inbox::new(tx, Arc::new(Bell::new(poll.registry()).unwrap()));
         let admission = Arc::new(Admission::default());
         let h = Handle::new(tx, Arc::default(), admission.clone(), Arc::default());
-        type Answers = Arc<Mutex<Vec<Result<Vec<u8>, ClientError>>>>;
+        type Answers = Arc<Mutex<Vec<Result<Answer, ClientError>>>>;
         let answers: Answers = Arc::default();
         let submit = |seq: u64| {
             let a = answers.clone();
-            h.submit(1, seq, vec![], Box::new(move |r| a.lock().unwrap().push(r)));
+            h.submit(
+                1,
+                seq,
+                vec![],
+                None,
+                Box::new(move |r| a.lock().unwrap().push(r)),
+            );
         };
         for seq in 0..MAX_ADMITTED as u64 {
             submit(seq);
@@ -1984,7 +2047,7 @@ mod tests {
             panic!("admitted again");
         };
         assert_eq!(admission.pending(), 1);
-        (s.reply)(Ok(b"ok".to_vec()));
+        (s.reply)(Ok(Answer::Encoded(b"ok".to_vec())));
         assert_eq!(admission.pending(), 0);
         assert_eq!(answers.lock().unwrap().len(), 2);
     }

@@ -3,6 +3,7 @@
 //! address book (node-level records in the log, so every replica learns where a new member
 //! listens; snapshotted with the sessions).
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
@@ -23,6 +24,28 @@ pub trait StateMachine: Send + 'static {
     fn is_read_only(&self, command: &[u8]) -> bool;
     /// Answers a read-only command on the current state (`now_ms`: the local clock).
     fn query(&self, now_ms: u64, command: &[u8]) -> Vec<u8>;
+    /// [`StateMachine::apply`] for a command this replica's own front-end proposed, given as
+    /// the front-end had it before encoding it into `command` (`decoded`), with no session
+    /// to remember its result: the state machine need not decode the command, and may return
+    /// its result as is ([`Answer::Decoded`]) for the front-end to render. It must change the
+    /// state exactly as `apply(index, now_ms, command)` would (the other replicas apply the
+    /// bytes). The default applies the bytes.
+    fn apply_decoded(
+        &mut self,
+        index: u64,
+        now_ms: u64,
+        command: &[u8],
+        decoded: Decoded,
+    ) -> Answer {
+        let _ = decoded;
+        Answer::Encoded(self.apply(index, now_ms, command))
+    }
+    /// [`StateMachine::query`] with the command as its front-end decoded it
+    /// ([`StateMachine::apply_decoded`]). The default reads the bytes.
+    fn query_decoded(&self, now_ms: u64, command: &[u8], decoded: Decoded) -> Answer {
+        let _ = decoded;
+        Answer::Encoded(self.query(now_ms, command))
+    }
     /// The whole state, for a snapshot.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's.
@@ -80,6 +103,40 @@ pub trait StateMachine: Send + 'static {
     fn housekeeping(&self, now_ms: u64) -> Option<Vec<u8>> {
         let _ = now_ms;
         None
+    }
+}
+
+/// A command as its proposer's front-end had it before encoding it for the log
+/// ([`StateMachine::apply_decoded`]). Type-erased so that the replica's handle, queue and
+/// requests stay independent of the state machine's types; the state machine downcasts it.
+pub type Decoded = Box<dyn Any + Send>;
+
+/// A result as the replica hands it to the request's front-end.
+pub enum Answer {
+    /// Encoded by [`StateMachine::apply`] or [`StateMachine::query`].
+    Encoded(Vec<u8>),
+    /// As [`StateMachine::apply_decoded`] or [`StateMachine::query_decoded`] returned it:
+    /// only for requests submitted with their command decoded.
+    Decoded(Box<dyn Any + Send>),
+}
+
+impl Answer {
+    /// The encoded result of a request submitted without its command decoded (such a
+    /// request is always answered encoded).
+    pub fn encoded(self) -> Vec<u8> {
+        match self {
+            Answer::Encoded(b) => b,
+            Answer::Decoded(_) => panic!("a request submitted encoded was answered decoded"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Answer::Encoded(b) => write!(f, "Encoded({} bytes)", b.len()),
+            Answer::Decoded(_) => write!(f, "Decoded(..)"),
+        }
     }
 }
 
@@ -303,9 +360,7 @@ impl<S: StateMachine> Replicated<S> {
 
     /// Applies a normal entry's envelope at `index`.
     pub fn apply(&mut self, index: u64, env: &Envelope) -> Outcome {
-        assert!(index > self.applied, "entries are applied in order, once");
-        self.applied = index;
-        self.now_ms = self.now_ms.max(env.now_ms);
+        self.advance(index, env);
         if env.client == 0 {
             return Outcome::Applied(self.sm.apply(index, self.now_ms, &env.command));
         }
@@ -337,6 +392,24 @@ impl<S: StateMachine> Replicated<S> {
             },
         );
         Outcome::Applied(result)
+    }
+
+    /// Applies a normal entry's envelope at `index` that this replica's front-end proposed
+    /// without a session, given its command as the front-end decoded it
+    /// ([`StateMachine::apply_decoded`]).
+    pub fn apply_decoded(&mut self, index: u64, env: &Envelope, decoded: Decoded) -> Answer {
+        assert_eq!(env.client, 0, "a session's result is remembered encoded");
+        self.advance(index, env);
+        self.sm
+            .apply_decoded(index, self.now_ms, &env.command, decoded)
+    }
+
+    /// Entry `index` is applied next: entries are applied in order, once, and the leader's
+    /// clock never goes back.
+    fn advance(&mut self, index: u64, env: &Envelope) {
+        assert!(index > self.applied, "entries are applied in order, once");
+        self.applied = index;
+        self.now_ms = self.now_ms.max(env.now_ms);
     }
 
     /// Records that `index` (a no-op or configuration entry) was applied.
@@ -421,7 +494,7 @@ impl<S: StateMachine> Replicated<S> {
     /// Restores sessions and state machine from a snapshot taken at `index`: all of it, or
     /// nothing (a damaged snapshot is refused with the reason).
     pub fn restore(&mut self, index: u64, data: &[u8]) -> Result<(), String> {
-        let d = Decoded::of(data)?;
+        let d = SnapshotParts::of(data)?;
         self.sm.restore(d.sm)?;
         self.members = d.members;
         self.removed = d.removed;
@@ -434,7 +507,7 @@ impl<S: StateMachine> Replicated<S> {
     /// The state of a snapshot taken at `index`, built anew (on another thread: see
     /// [`StateMachine::from_snapshot`]); `None` when the state machine cannot.
     pub fn from_snapshot(index: u64, data: &[u8]) -> Option<Result<Self, String>> {
-        let d = match Decoded::of(data) {
+        let d = match SnapshotParts::of(data) {
             Ok(d) => d,
             Err(e) => return Some(Err(e)),
         };
@@ -454,7 +527,7 @@ impl<S: StateMachine> Replicated<S> {
 }
 
 /// A node snapshot read up to the state machine's part.
-struct Decoded<'a> {
+struct SnapshotParts<'a> {
     now_ms: u64,
     sessions: BTreeMap<u64, Session>,
     members: BTreeMap<u64, MemberAddrs>,
@@ -462,8 +535,8 @@ struct Decoded<'a> {
     sm: &'a [u8],
 }
 
-impl<'a> Decoded<'a> {
-    fn of(data: &'a [u8]) -> Result<Decoded<'a>, String> {
+impl<'a> SnapshotParts<'a> {
+    fn of(data: &'a [u8]) -> Result<SnapshotParts<'a>, String> {
         let bad = |e: CodecError| format!("snapshot: {e}");
         let mut r = Reader::new(data);
         let first = r.get_u64().map_err(bad)?;
@@ -490,7 +563,7 @@ impl<'a> Decoded<'a> {
             r.finish().map_err(bad)?;
             (sm, book.0, book.1)
         };
-        Ok(Decoded {
+        Ok(SnapshotParts {
             now_ms,
             sessions,
             members,

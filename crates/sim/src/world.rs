@@ -2020,7 +2020,7 @@ impl ReadyIo for SimIo<'_> {
             let at = Duration::from_micros(now);
             let done = Outcome::Applied(Vec::new());
             n.requests
-                .on_applied(e.index, env.origin, env.req, env.client, env.seq, &done, at);
+                .on_applied(e.index, env.origin, env.req, env.client, env.seq, done, at);
             for eff in n.requests.take_effects() {
                 match eff {
                     Effect::Done {

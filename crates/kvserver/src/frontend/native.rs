@@ -6,7 +6,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use waverunner_kv::codec::{decode_response, encode_op};
+use waverunner_kv::codec::encode_op;
+
+use crate::kvsm::response_of;
 use waverunner_kv::native::{self as proto, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 
 use waverunner_node::replica::{ClientError, Handle};
@@ -57,9 +59,10 @@ impl Native {
             req.client,
             req.seq,
             command,
+            Some(Box::new(req.op)),
             Box::new(move |r| {
                 let leader = h.leader();
-                let pkt = match r.map(|b| decode_response(&b)) {
+                let pkt = match r.map(response_of) {
                     Ok(Ok(resp)) => proto::encode_reply(self_id, seq, STATUS_OK, leader, Ok(&resp)),
                     Ok(Err(e)) => {
                         let m = format!("undecodable result: {e}");

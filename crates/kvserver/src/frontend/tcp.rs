@@ -30,10 +30,13 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Registry, Token};
 
-use waverunner_kv::codec::{batch_command, decode_response, encode_op};
-use waverunner_kv::{memcache, resp, Response};
+use waverunner_kv::codec::{batch_command, encode_op};
+use waverunner_kv::{memcache, resp, Op, Response};
 use waverunner_node::clients::{ClientLoop, Propose, Wake, FIRST_TOKEN};
 use waverunner_node::replica::{ClientError, Handle};
+use waverunner_node::sm::{Answer, Decoded};
+
+use crate::kvsm::response_of;
 
 use super::memcache as memcache_fe;
 use super::resp as resp_fe;
@@ -275,16 +278,15 @@ struct Conn {
     /// Answers in request order; `slots[0]` is request number `first`.
     slots: VecDeque<Slot>,
     first: u64,
-    /// Operations parsed and not submitted yet, with their request numbers.
-    /// (Each operation encoded once, as parsed: the encoding is all a submit needs.)
-    held: VecDeque<(u64, Vec<u8>)>,
+    /// Operations parsed and not submitted yet.
+    held: VecDeque<Held>,
     /// Operations were submitted and not answered: the next wait for them, so that a
     /// connection's commands apply in the order sent (a batch forwarded by a follower could
     /// otherwise overtake an earlier one, a read be served before the write sent ahead of it).
     in_flight: bool,
     /// The operations in flight when they are part of a batch of several, to submit them one
     /// by one if the batch is refused for memory (see [`Conn::answered`]).
-    in_batch: Vec<(u64, Vec<u8>)>,
+    in_batch: Vec<Held>,
     /// Operations at the front of `held` to submit alone (after a refusal for memory).
     alone: usize,
     /// In the loop's list of connections to submit from.
@@ -328,7 +330,7 @@ struct Part {
 /// of several, from one or more connections).
 struct Done {
     parts: Vec<Part>,
-    result: Result<Vec<u8>, ClientError>,
+    result: Result<Answer, ClientError>,
 }
 
 /// Where the replica loop leaves answers; the front-end takes them in [`ClientLoop::turn`].
@@ -768,8 +770,7 @@ impl Loop {
                 return false;
             }
             if applied > seen {
-                let probe = b.probe.clone();
-                c.held.push_front((seq, probe));
+                c.held.push_front(Held::encoded(seq, b.probe.clone()));
                 c.parked = None;
                 wake.push(i);
                 return false;
@@ -798,7 +799,7 @@ impl Loop {
             c.in_flight = true;
             // Whatever it holds saw every entry applied here by now.
             c.block_since = self.handle.applied_index();
-            let bytes: usize = ops.iter().map(|(_, e)| e.len() + 4).sum();
+            let bytes: usize = ops.iter().map(|h| h.encoded.len() + 4).sum();
             if !batch.parts.is_empty() && batch.bytes + bytes > max {
                 self.send(std::mem::take(&mut batch), to);
             }
@@ -809,29 +810,37 @@ impl Loop {
         }
     }
 
-    fn send(&mut self, b: Batch, to: &mut dyn Propose) {
+    fn send(&mut self, mut b: Batch, to: &mut dyn Propose) {
         let n: usize = b.parts.iter().map(|(_, _, ops)| ops.len()).sum();
         // One operation is its own command. Several are copied into a batch, and each
         // connection keeps its own, to send them again one by one if the batch is refused for
-        // memory (`Conn::answered`).
-        let mut command = None;
+        // memory (`Conn::answered`). The operations as parsed go along (the batch's as one
+        // `Op::Batch`), for this replica to apply without decoding the command.
+        let (mut command, mut decoded) = (None, None);
         if n > 1 {
             let all: Vec<&[u8]> = b
                 .parts
                 .iter()
-                .flat_map(|(_, _, ops)| ops.iter().map(|(_, e)| &e[..]))
+                .flat_map(|(_, _, ops)| ops.iter().map(|h| &h.encoded[..]))
                 .collect();
             command = Some(batch_command(&all));
+            let ops: Option<Vec<Op>> = b
+                .parts
+                .iter_mut()
+                .flat_map(|(_, _, ops)| ops.iter_mut().map(|h| h.op.take()))
+                .collect();
+            decoded = ops.map(Op::Batch);
         }
         let mut parts = Vec::with_capacity(b.parts.len());
         for (conn, gen, ops) in b.parts {
-            let seqs = ops.iter().map(|(s, _)| *s).collect();
+            let seqs = ops.iter().map(|h| h.seq).collect();
             if n > 1 {
                 if let Some(Some(c)) = self.conns.get_mut(conn) {
                     c.in_batch = ops;
                 }
-            } else {
-                command = ops.into_iter().next().map(|(_, e)| e);
+            } else if let Some(h) = ops.into_iter().next() {
+                command = Some(h.encoded);
+                decoded = h.op;
             }
             parts.push(Part { conn, gen, seqs });
         }
@@ -840,13 +849,36 @@ impl Loop {
             0,
             0,
             command.expect("a batch holds an operation"),
+            decoded.map(|op| Box::new(op) as Decoded),
             Box::new(move |result| d.push(Done { parts, result })),
         );
     }
 }
 
-/// One connection's operations in a batch: its slot, generation, and (request, encoding)s.
-type BatchPart = (usize, u64, Vec<(u64, Vec<u8>)>);
+/// One connection's operations in a batch: its slot, generation, and operations.
+type BatchPart = (usize, u64, Vec<Held>);
+
+/// An operation parsed and not answered yet.
+struct Held {
+    /// Its request number on the connection.
+    seq: u64,
+    /// Encoded once, as parsed: what a submit sends.
+    encoded: Vec<u8>,
+    /// As parsed, until submitted: the replica that proposes it applies it without decoding
+    /// the command. None for one submitted again (a blocking pop, a batch refused for
+    /// memory): the bytes are applied.
+    op: Option<Op>,
+}
+
+impl Held {
+    fn encoded(seq: u64, encoded: Vec<u8>) -> Held {
+        Held {
+            seq,
+            encoded,
+            op: None,
+        }
+    }
+}
 
 /// A command being assembled from several connections' operations.
 #[derive(Default)]
@@ -857,7 +889,7 @@ struct Batch {
 }
 
 impl Batch {
-    fn add(&mut self, conn: usize, gen: u64, ops: Vec<(u64, Vec<u8>)>, bytes: usize) {
+    fn add(&mut self, conn: usize, gen: u64, ops: Vec<Held>, bytes: usize) {
         if self.parts.is_empty() {
             self.bytes = 5;
         }
@@ -868,14 +900,11 @@ impl Batch {
 
 /// The result of a command of `n` operations, one per operation: a batch's results, or the
 /// one operation's, or the failure for each.
-fn results_of(
-    result: Result<Vec<u8>, ClientError>,
-    n: usize,
-) -> Vec<Result<Response, ClientError>> {
+fn results_of(result: Result<Answer, ClientError>, n: usize) -> Vec<Result<Response, ClientError>> {
     let undecodable = |e: String| ClientError::Unavailable(format!("undecodable result: {e}"));
     match result {
         Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
-        Ok(b) => match decode_response(&b) {
+        Ok(a) => match response_of(a) {
             Ok(Response::Batch(rs)) if n > 1 && rs.len() == n => rs.into_iter().map(Ok).collect(),
             Ok(r) if n == 1 => vec![Ok(r)],
             Ok(r) => {
@@ -966,9 +995,13 @@ impl Conn {
                 Item::Store(op, render) => {
                     let seq = self.first + self.slots.len() as u64;
                     self.slots.push_back(Slot::Waiting(render));
-                    let mut e = Vec::new();
-                    encode_op(&op, &mut e);
-                    self.held.push_back((seq, e));
+                    let mut encoded = Vec::new();
+                    encode_op(&op, &mut encoded);
+                    self.held.push_back(Held {
+                        seq,
+                        encoded,
+                        op: Some(op),
+                    });
                 }
             }
         }
@@ -990,12 +1023,12 @@ impl Conn {
 
     /// Takes the operations to submit next, encoded: as many as fit `max` bytes (at least
     /// one; one alone after a refusal for memory). None if some are in flight.
-    fn take(&mut self, max: usize) -> Option<Vec<(u64, Vec<u8>)>> {
+    fn take(&mut self, max: usize) -> Option<Vec<Held>> {
         if !self.wants_submit() {
             return None;
         }
         let (mut out, mut bytes) = (Vec::new(), 5);
-        while let Some((_, e)) = self.held.front() {
+        while let Some(Held { encoded: e, .. }) = self.held.front() {
             // (A batch's own header and per-operation lengths: 5 + 4 each.)
             if !out.is_empty() && (bytes + e.len() + 4 > max || self.alone > 0) {
                 break;
@@ -1068,8 +1101,7 @@ impl Conn {
                 }
                 // The probe found a key: pop.
                 if let Ok(Response::Int(_)) = &r {
-                    let op = b.op.clone();
-                    self.held.push_front((seq, op));
+                    self.held.push_front(Held::encoded(seq, b.op.clone()));
                     continue;
                 }
             }
