@@ -8,12 +8,11 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use crate::scale::{encode_command, Reply, Resp};
+use crate::scale::{encode_command, parse_reply, Reply};
 use crate::stats::{quantiles, Quantiles};
 
 /// Bytes of every value written (issue 13's measurements: 8-byte values).
@@ -74,44 +73,59 @@ pub enum WriteOp {
     EtcdPut,
 }
 
-/// A connection that does [`WriteOp`]s.
-enum Conn {
-    Resp(Resp),
-    Etcd(Etcd),
-}
-
-impl Conn {
-    fn connect(addr: SocketAddr, op: WriteOp) -> Result<Conn, String> {
-        Ok(match op {
-            WriteOp::Set | WriteOp::SetWait => Conn::Resp(Resp::connect(addr)?),
-            WriteOp::EtcdPut => Conn::Etcd(Etcd::connect(addr)?),
-        })
-    }
-
-    fn write(&mut self, op: WriteOp, key: &[u8], value: &[u8]) -> Result<(), String> {
-        match (self, op) {
-            (Conn::Resp(c), WriteOp::Set) => match c.call(&[b"SET", key, value])? {
-                Reply::Status(s) if s == "OK" => Ok(()),
-                other => Err(format!("SET answered {other:?}")),
-            },
-            (Conn::Resp(c), WriteOp::SetWait) => {
-                let mut out = Vec::new();
-                encode_command(&mut out, &[b"SET", key, value]);
-                encode_command(&mut out, &[b"WAIT", b"1", b"0"]);
-                c.send(&out)?;
-                match c.reply()? {
-                    Reply::Status(s) if s == "OK" => {}
-                    other => return Err(format!("SET answered {other:?}")),
-                }
-                match c.reply()? {
-                    Reply::Int(n) if n >= 1 => Ok(()),
-                    other => Err(format!("WAIT 1 0 answered {other:?}")),
-                }
-            }
-            (Conn::Etcd(c), WriteOp::EtcdPut) => c.put(key, value),
-            _ => Err("connection and operation do not match".into()),
+/// Appends the request of one [`WriteOp`] of `key` = `value` to `out` (`addr`: the server,
+/// for etcd's `Host` header).
+fn request(op: WriteOp, addr: SocketAddr, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    match op {
+        WriteOp::Set => encode_command(out, &[b"SET", key, value]),
+        WriteOp::SetWait => {
+            encode_command(out, &[b"SET", key, value]);
+            encode_command(out, &[b"WAIT", b"1", b"0"]);
+        }
+        WriteOp::EtcdPut => {
+            let req = post_request(addr, PUT, &put_body(key, value));
+            out.extend_from_slice(req.as_bytes());
         }
     }
+}
+
+/// The answer to one [`WriteOp`] at the start of `buf`: `Ok(None)` while incomplete,
+/// `Ok(Some(n))` (the bytes it took) when it says what the operation promises, an error
+/// otherwise.
+fn answered(op: WriteOp, buf: &[u8]) -> Result<Option<usize>, String> {
+    match op {
+        WriteOp::Set => match parse_reply(buf)? {
+            None => Ok(None),
+            Some((Reply::Status(s), n)) if s == "OK" => Ok(Some(n)),
+            Some((other, _)) => Err(format!("SET answered {other:?}")),
+        },
+        WriteOp::SetWait => {
+            let Some((set, n)) = parse_reply(buf)? else {
+                return Ok(None);
+            };
+            if !matches!(&set, Reply::Status(s) if s == "OK") {
+                return Err(format!("SET answered {set:?}"));
+            }
+            match parse_reply(&buf[n..])? {
+                None => Ok(None),
+                Some((Reply::Int(k), m)) if k >= 1 => Ok(Some(n + m)),
+                Some((other, _)) => Err(format!("WAIT 1 0 answered {other:?}")),
+            }
+        }
+        WriteOp::EtcdPut => match parse_http_response(buf)? {
+            None => Ok(None),
+            Some((status, body, n)) => put_answer(status, &body).map(|()| Some(n)),
+        },
+    }
+}
+
+/// `POST path` with a JSON body, as an HTTP/1.1 keep-alive request to `addr`.
+fn post_request(addr: SocketAddr, path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// An HTTP/1.1 keep-alive connection to an etcd member's gRPC gateway.
@@ -139,12 +153,7 @@ impl Etcd {
 
     /// `POST path` with a JSON body; the response's status and body.
     pub fn post(&mut self, path: &str, body: &str) -> Result<(u16, Vec<u8>), String> {
-        let req = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
+        let req = post_request(self.addr, path, body);
         self.stream
             .write_all(req.as_bytes())
             .map_err(|e| format!("write to {}: {e}", self.addr))?;
@@ -165,21 +174,33 @@ impl Etcd {
 
     /// A put of `key` = `value`, acknowledged once etcd committed it.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let body = format!(
-            r#"{{"key":"{}","value":"{}"}}"#,
-            b64.encode(key),
-            b64.encode(value)
-        );
-        let (status, body) = self.post("/v3/kv/put", &body)?;
-        if status != 200 {
-            return Err(format!(
-                "put answered {status}: {}",
-                String::from_utf8_lossy(&body)
-            ));
-        }
-        Ok(())
+        let (status, body) = self.post(PUT, &put_body(key, value))?;
+        put_answer(status, &body)
     }
+}
+
+/// etcd's put over its gateway.
+const PUT: &str = "/v3/kv/put";
+
+/// The JSON of a put of `key` = `value`.
+fn put_body(key: &[u8], value: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    format!(
+        r#"{{"key":"{}","value":"{}"}}"#,
+        b64.encode(key),
+        b64.encode(value)
+    )
+}
+
+/// Whether a put's answer says it was committed.
+fn put_answer(status: u16, body: &[u8]) -> Result<(), String> {
+    if status != 200 {
+        return Err(format!(
+            "put answered {status}: {}",
+            String::from_utf8_lossy(body)
+        ));
+    }
+    Ok(())
 }
 
 /// Parses one HTTP/1.1 response at the start of `buf` (a `Content-Length` or a chunked body):
@@ -270,13 +291,69 @@ impl LoopResult {
     }
 }
 
-/// One closed-loop client's latencies (ns) and the failure that stopped it, if one did.
-type ClientRun = (Vec<u64>, Option<String>);
+/// One closed-loop client: its connection and the write it has in flight.
+struct Client {
+    stream: mio::net::TcpStream,
+    /// The request in flight, and how much of it is written.
+    out: Vec<u8>,
+    sent: usize,
+    /// What was read and not parsed yet.
+    inbuf: Vec<u8>,
+    /// Its keys' number for the next write.
+    i: u64,
+    /// When the write in flight was sent; `None`: it stopped.
+    since: Option<Instant>,
+    /// Latency of each answered write, ns.
+    lat: Vec<u64>,
+    /// Why it stopped early.
+    error: Option<String>,
+}
+
+impl Client {
+    /// Writes what of the request the socket takes (the rest when it is writable again).
+    fn flush(&mut self) -> Result<(), String> {
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => return Err("the server closed the connection".into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("write: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what is there; whether the server closed the connection.
+    fn read(&mut self) -> Result<bool, String> {
+        let mut tmp = [0u8; 16 << 10];
+        loop {
+            match self.stream.read(&mut tmp) {
+                Ok(0) => return Ok(true),
+                Ok(n) => self.inbuf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("read: {e}")),
+            }
+        }
+    }
+
+    fn stop(&mut self, error: Option<String>) {
+        self.since = None;
+        if self.error.is_none() {
+            self.error = error;
+        }
+    }
+}
 
 /// `clients` connections to `addr`, each doing `op` one at a time (the next once the last is
 /// answered) on its own keys with [`VALUE_BYTES`]-byte values, for `duration` or until `max_ops`
-/// writes in all, whichever comes first. `setup` runs first on each client's thread (e.g. to
-/// enter the client's network namespace).
+/// writes in all, whichever comes first.
+///
+/// One thread drives every connection (non-blocking sockets, one poll), as `redis-benchmark`
+/// does: on a machine of two CPUs shared with the systems measured, a thread per client spent
+/// as much CPU switching between its threads as some systems spent serving them. `setup` runs
+/// first on that thread (e.g. to enter the clients' network namespace).
 pub fn closed_loop(
     addr: SocketAddr,
     op: WriteOp,
@@ -286,49 +363,142 @@ pub fn closed_loop(
     setup: &(dyn Fn() -> Result<(), String> + Sync),
 ) -> Result<LoopResult, String> {
     assert!(clients > 0 && max_ops > 0);
-    let issued = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            setup()?;
+            drive(addr, op, clients, duration, max_ops)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the closed loop panicked".into()))
+    })
+}
+
+/// [`closed_loop`] on the calling thread.
+fn drive(
+    addr: SocketAddr,
+    op: WriteOp,
+    clients: usize,
+    duration: Duration,
+    max_ops: u64,
+) -> Result<LoopResult, String> {
+    use mio::{Events, Interest, Poll, Token};
+    let mut poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
+    let mut cs = Vec::with_capacity(clients);
+    for c in 0..clients {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let _ = s.set_nodelay(true);
+        s.set_nonblocking(true)
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let mut stream = mio::net::TcpStream::from_std(s);
+        poll.registry()
+            .register(
+                &mut stream,
+                Token(c),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .map_err(|e| format!("register: {e}"))?;
+        cs.push(Client {
+            stream,
+            out: Vec::new(),
+            sent: 0,
+            inbuf: Vec::new(),
+            i: 0,
+            since: None,
+            lat: Vec::new(),
+            error: None,
+        });
+    }
+    let value = [b'v'; VALUE_BYTES];
     let start = Instant::now();
-    let per_client: Vec<Result<ClientRun, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..clients)
-            .map(|c| {
-                let issued = &issued;
-                s.spawn(move || {
-                    setup()?;
-                    let mut conn = Conn::connect(addr, op)?;
-                    let value = [b'v'; VALUE_BYTES];
-                    let mut lat = Vec::new();
-                    let mut i = 0u64;
-                    while start.elapsed() < duration
-                        && issued.fetch_add(1, Ordering::Relaxed) < max_ops
-                    {
-                        let key = format!("peers:{c}:{}", i % KEYS_PER_CLIENT);
-                        let t = Instant::now();
-                        if let Err(e) = conn.write(op, key.as_bytes(), &value) {
-                            return Ok((lat, Some(e)));
-                        }
-                        lat.push(t.elapsed().as_nanos() as u64);
-                        i += 1;
+    let mut issued = 0u64;
+    // Sends client `c`'s next write if the run goes on; whether it did.
+    let mut next = |c: usize, cl: &mut Client| -> Result<bool, String> {
+        if start.elapsed() >= duration || issued >= max_ops {
+            return Ok(false);
+        }
+        issued += 1;
+        let key = format!("peers:{c}:{}", cl.i % KEYS_PER_CLIENT);
+        cl.i += 1;
+        cl.out.clear();
+        cl.sent = 0;
+        request(op, addr, key.as_bytes(), &value, &mut cl.out);
+        cl.since = Some(Instant::now());
+        cl.flush()?;
+        Ok(true)
+    };
+    let mut active = 0;
+    for (c, cl) in cs.iter_mut().enumerate() {
+        match next(c, cl) {
+            Ok(true) => active += 1,
+            Ok(false) => {}
+            Err(e) => cl.stop(Some(e)),
+        }
+    }
+    let mut events = Events::with_capacity(clients.max(16));
+    while active > 0 {
+        poll.poll(&mut events, Some(Duration::from_millis(100)))
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::Interrupted => Ok(()),
+                _ => Err(format!("poll: {e}")),
+            })?;
+        for ev in events.iter() {
+            let c = ev.token().0;
+            let cl = &mut cs[c];
+            if cl.since.is_none() {
+                continue;
+            }
+            let mut step = || -> Result<bool, String> {
+                if ev.is_writable() {
+                    cl.flush()?;
+                }
+                let closed = cl.read()?;
+                // Every answer read: a write answered sends the next.
+                while let Some(used) = answered(op, &cl.inbuf)? {
+                    cl.inbuf.drain(..used);
+                    let since = cl.since.expect("a write in flight");
+                    cl.lat.push(since.elapsed().as_nanos() as u64);
+                    if !next(c, cl)? {
+                        return Ok(false);
                     }
-                    Ok((lat, None))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
-            .collect()
-    });
+                }
+                if closed {
+                    return Err(format!("{addr} closed the connection"));
+                }
+                Ok(true)
+            };
+            match step() {
+                Ok(true) => {}
+                Ok(false) => {
+                    cl.stop(None);
+                    active -= 1;
+                }
+                Err(e) => {
+                    cl.stop(Some(e));
+                    active -= 1;
+                }
+            }
+        }
+        // A write unanswered for too long stops its client.
+        for cl in &mut cs {
+            if cl.since.is_some_and(|t| t.elapsed() > REPLY_TIMEOUT) {
+                cl.stop(Some(format!(
+                    "no answer from {addr} within {REPLY_TIMEOUT:?}"
+                )));
+                active -= 1;
+            }
+        }
+    }
     let elapsed = start.elapsed();
     let mut all = Vec::new();
     let mut r = LoopResult {
         elapsed,
         ..Default::default()
     };
-    for c in per_client {
-        let (lat, err) = c?;
-        r.ops += lat.len() as u64;
-        all.extend(lat);
-        if let Some(e) = err {
+    for cl in cs {
+        r.ops += cl.lat.len() as u64;
+        all.extend(cl.lat);
+        if let Some(e) = cl.error {
             r.errors += 1;
             r.first_error.get_or_insert(e);
         }
@@ -563,6 +733,87 @@ pub fn render_verdicts(v: &[Verdict]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback server that answers every `SET` with `set` and every `WAIT` with `wait`,
+    /// on any number of connections, until the test ends.
+    fn answering(set: &'static str, wait: &'static str) -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                std::thread::spawn(move || {
+                    let (mut buf, mut tmp) = (Vec::new(), [0u8; 4096]);
+                    while let Ok(n) = s.read(&mut tmp) {
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&tmp[..n]);
+                        let mut out = String::new();
+                        // Each SET ends with its 8-byte value, each WAIT with its timeout.
+                        loop {
+                            let v = find(&buf, b"$8\r\nvvvvvvvv\r\n").map(|i| (i + 14, set));
+                            let w = find(&buf, b"WAIT\r\n$1\r\n1\r\n$1\r\n0\r\n")
+                                .map(|i| (i + 20, wait));
+                            let Some((end, reply)) = [v, w].into_iter().flatten().min() else {
+                                break;
+                            };
+                            out.push_str(reply);
+                            buf.drain(..end);
+                        }
+                        if s.write_all(out.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_closed_loop_drives_every_client_to_the_bound_on_one_thread() {
+        let addr = answering("+OK\r\n", ":1\r\n");
+        let none = || Ok(());
+        for op in [WriteOp::Set, WriteOp::SetWait] {
+            let r = closed_loop(addr, op, 8, Duration::from_secs(20), 2_000, &none).unwrap();
+            assert_eq!((r.ops, r.errors), (2_000, 0), "{op:?}: {:?}", r.first_error);
+            assert_eq!(r.latency.map(|q| q.count), Some(2_000));
+        }
+        // Time bounds it too.
+        let r = closed_loop(
+            addr,
+            WriteOp::Set,
+            4,
+            Duration::from_millis(200),
+            u64::MAX,
+            &none,
+        )
+        .unwrap();
+        assert!(r.ops > 0 && r.errors == 0 && r.elapsed < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_closed_loop_stops_each_client_at_a_wrong_answer() {
+        let none = || Ok(());
+        let addr = answering("-ERR no\r\n", ":1\r\n");
+        let r = closed_loop(addr, WriteOp::Set, 3, Duration::from_secs(20), 100, &none).unwrap();
+        assert_eq!((r.ops, r.errors), (0, 3));
+        assert!(r.first_error.unwrap().contains("SET answered"));
+        // WAIT that found no replica: not a majority.
+        let addr = answering("+OK\r\n", ":0\r\n");
+        let r = closed_loop(
+            addr,
+            WriteOp::SetWait,
+            2,
+            Duration::from_secs(20),
+            100,
+            &none,
+        )
+        .unwrap();
+        assert_eq!((r.ops, r.errors), (0, 2));
+        assert!(r.first_error.unwrap().contains("WAIT 1 0 answered"));
+    }
 
     #[test]
     fn redis_benchmark_lines() {
