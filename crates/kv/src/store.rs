@@ -417,6 +417,9 @@ struct Grave {
     /// while no view lived has no view: it is drained at once).
     view: Arc<()>,
     items: Vec<Rec>,
+    /// Collections removed or replaced: dropped in one go, one of a million elements holds
+    /// the loop as long as a million items do. Freed a piece at a time, the last first.
+    colls: Vec<Coll>,
     /// Whole states a `FLUSHALL` let go of: dropped in one go, a million items held the loop
     /// 60 ms (and a view's thread would have freed them in one go as well).
     flushed: Vec<Flushed>,
@@ -427,42 +430,71 @@ struct Flushed {
     items: OrdSet<Rec>,
     colls: OrdMap<Bytes, Coll>,
     expiries: BTreeSet<(u64, Bytes)>,
+    /// The collection being emptied, out of `colls`.
+    open: Option<Coll>,
 }
 
 impl Flushed {
-    /// Drops at most `budget` pieces (an item, a collection, an expiry entry); how many.
+    /// Drops at most `budget` pieces (an item, an element of a collection, an expiry entry);
+    /// how many.
     fn drain(&mut self, budget: usize) -> usize {
         let mut n = 0;
         while n < budget {
-            let dropped = self.items.remove_min().is_some()
-                // A collection goes whole: O(its elements).
-                || (self.colls.get_min().map(|(k, _)| k.clone()))
-                    .is_some_and(|k| self.colls.remove(&k).is_some())
-                || self.expiries.pop_first().is_some();
-            if !dropped {
-                break;
+            if let Some(c) = &mut self.open {
+                n += c.shed(budget - n);
+                if c.is_empty() {
+                    self.open = None;
+                }
+                continue;
             }
-            n += 1;
+            if self.items.remove_min().is_some() || self.expiries.pop_first().is_some() {
+                n += 1;
+                continue;
+            }
+            let Some(k) = self.colls.get_min().map(|(k, _)| k.clone()) else {
+                break;
+            };
+            self.open = self.colls.remove(&k);
         }
         n
     }
 
     fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.colls.is_empty() && self.expiries.is_empty()
+        self.len() == 0
     }
 
     fn len(&self) -> usize {
-        self.items.len() + self.colls.len() + self.expiries.len()
+        self.items.len()
+            + self.colls.values().map(Coll::len).sum::<usize>()
+            + self.open.as_ref().map_or(0, Coll::len)
+            + self.expiries.len()
     }
 }
 
 impl Grave {
+    /// An empty grave for `view` (a new `Arc`: for what no view holds, emptied at once).
+    fn of(view: Arc<()>) -> Grave {
+        Grave {
+            view,
+            items: Vec::new(),
+            colls: Vec::new(),
+            flushed: Vec::new(),
+        }
+    }
+
     fn view_alive(&self) -> bool {
         Arc::strong_count(&self.view) > 1
     }
 
     fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.flushed.is_empty()
+        self.items.is_empty() && self.colls.is_empty() && self.flushed.is_empty()
+    }
+
+    /// Pieces it holds: items, elements of collections, and what `FLUSHALL`s let go of.
+    fn len(&self) -> usize {
+        self.items.len()
+            + self.colls.iter().map(Coll::len).sum::<usize>()
+            + self.flushed.iter().map(Flushed::len).sum::<usize>()
     }
 }
 
@@ -475,6 +507,10 @@ impl Clone for Graves {
 
 /// Items freed from the graves per item buried: the graves empty faster than they fill.
 const RECLAIM_PER_BURIAL: usize = 2;
+
+/// Collections of more elements than this that the store lets go of are freed a piece at a
+/// time ([`KvStore::reclaim`]) rather than at once; smaller ones cost about what a write does.
+pub const SHED_AT: usize = 1024;
 
 impl PartialEq for KvStore {
     fn eq(&self, other: &KvStore) -> bool {
@@ -858,8 +894,8 @@ impl KvStore {
                     return Response::NotStored;
                 }
                 if from != to {
-                    let coll = self.colls.get(from.as_slice()).cloned();
-                    self.remove(from);
+                    // The collection moves: the source's copy is the same one.
+                    let coll = self.take(from).and_then(|(_, c)| c);
                     // The destination may keep the source's CAS unique, older than a watch.
                     self.touch(to);
                     match coll {
@@ -1222,11 +1258,7 @@ impl KvStore {
         {
             graves.pop_front();
         }
-        graves.push_back(Grave {
-            view: Arc::clone(&alive),
-            items: Vec::new(),
-            flushed: Vec::new(),
-        });
+        graves.push_back(Grave::of(Arc::clone(&alive)));
         SnapshotView {
             _alive: alive,
             items: self.items.clone(),
@@ -1328,7 +1360,9 @@ impl KvStore {
             }
             let ty = if version >= 3 { r.u8()? } else { 0 };
             if ty == 0 {
-                s.insert(Rec::new(&key, &value, flags, cas, expire_at));
+                // Keys come in order, each once: nothing is replaced.
+                let replaced = s.insert(Rec::new(&key, &value, flags, cas, expire_at));
+                debug_assert!(replaced.is_none());
             } else {
                 if !value.is_empty() || flags != 0 {
                     return Err(DecodeError("a collection with a string value"));
@@ -1444,9 +1478,13 @@ impl KvStore {
 
     /// Inserts `rec`, replacing the item under its key; keeps the expiry index, the digest
     /// sum and the accounted memory in step.
-    fn insert(&mut self, rec: Rec) {
+    /// Returns the collection the old item held, if it did: the caller knows whether the new
+    /// one shares its nodes ([`KvStore::bury_coll`]).
+    #[must_use]
+    fn insert(&mut self, rec: Rec) -> Option<Coll> {
+        let mut coll = None;
         if let Some(old) = self.items.insert(rec.clone()) {
-            self.forget(&old);
+            coll = self.forget(&old);
             self.bury(&old);
         }
         if let Some(t) = rec.expire_at() {
@@ -1454,15 +1492,26 @@ impl KvStore {
         }
         self.hash_sum = self.hash_sum.wrapping_add(rec.hash());
         self.used += rec.cost();
+        coll
     }
 
-    /// Removes the item under `key` (live or not) and returns it.
+    /// Removes the item under `key` (live or not) and returns it; its collection, if any, goes
+    /// to [`KvStore::bury_coll`].
     fn remove(&mut self, key: &[u8]) -> Option<Rec> {
+        let (old, coll) = self.take(key)?;
+        if let Some(c) = coll {
+            self.bury_coll(c);
+        }
+        Some(old)
+    }
+
+    /// Removes the item under `key` (live or not): it, and its collection if it held one.
+    fn take(&mut self, key: &[u8]) -> Option<(Rec, Option<Coll>)> {
         let old = self.items.remove(key)?;
-        self.forget(&old);
+        let coll = self.forget(&old);
         self.touch(key);
         self.bury(&old);
-        Some(old)
+        Some((old, coll))
     }
 
     /// `old` was just replaced or removed: while a live view shares it (the view's thread must
@@ -1493,6 +1542,13 @@ impl KvStore {
             let n = (budget - freed).min(g.items.len());
             g.items.truncate(g.items.len() - n);
             freed += n;
+            while let Some(c) = g.colls.last_mut() {
+                freed += c.shed(budget - freed);
+                if !c.is_empty() {
+                    break;
+                }
+                g.colls.pop();
+            }
             while let Some(f) = g.flushed.last_mut() {
                 freed += f.drain(budget - freed);
                 if !f.is_empty() {
@@ -1513,10 +1569,7 @@ impl KvStore {
     /// `FLUSHALL` let go of.
     pub fn buried(&self) -> usize {
         let graves = self.graves.0.lock().unwrap_or_else(|e| e.into_inner());
-        graves
-            .iter()
-            .map(|g| g.items.len() + g.flushed.iter().map(Flushed::len).sum::<usize>())
-            .sum()
+        graves.iter().map(Grave::len).sum()
     }
 
     /// The whole state goes (`FLUSHALL`): to the newest grave while a view shares it, else
@@ -1526,6 +1579,7 @@ impl KvStore {
             items: std::mem::take(&mut self.items),
             colls: std::mem::take(&mut self.colls),
             expiries: std::mem::take(&mut self.expiries),
+            open: None,
         };
         if flushed.is_empty() {
             return;
@@ -1534,9 +1588,8 @@ impl KvStore {
         match graves.back_mut().filter(|g| g.view_alive()) {
             Some(g) => g.flushed.push(flushed),
             None => graves.push_back(Grave {
-                view: Arc::new(()),
-                items: Vec::new(),
                 flushed: vec![flushed],
+                ..Grave::of(Arc::new(()))
             }),
         }
         // Some of it goes now, as a write's burial frees some.
@@ -1571,8 +1624,9 @@ impl KvStore {
             || self.items.get(key).is_some_and(|e| e.cas() > since)
     }
 
-    /// Takes a removed or replaced item out of the expiry index, the sum and the memory.
-    fn forget(&mut self, old: &Rec) {
+    /// Takes a removed or replaced item out of the expiry index, the sum and the memory; the
+    /// collection it held, if any.
+    fn forget(&mut self, old: &Rec) -> Option<Coll> {
         if let Some(t) = old.expire_at() {
             let removed = self.expiries.remove(&(t, old.key().to_vec()));
             assert!(
@@ -1595,7 +1649,28 @@ impl KvStore {
                 .used
                 .checked_sub(c.cost())
                 .expect("accounted memory went below zero");
+            return Some(c);
         }
+        None
+    }
+
+    /// Collection `c` was just removed, and nothing else holds it (but a snapshot view may):
+    /// while a view lives (it may share all of `c`'s nodes, and its thread must not be the one
+    /// to free them), or when `c` is large, it goes to a grave and is freed a piece at a time;
+    /// a small one goes now. Not for a collection whose nodes a stored one shares (a changed
+    /// copy of it, or the same one under a new key): freeing it a piece at a time would copy
+    /// those nodes, and dropping it costs only the nodes it alone holds.
+    fn bury_coll(&mut self, c: Coll) {
+        let graves = self.graves.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        match graves.back_mut().filter(|g| g.view_alive()) {
+            Some(g) => g.colls.push(c),
+            None if c.len() > SHED_AT => graves.push_back(Grave {
+                colls: vec![c],
+                ..Grave::of(Arc::new(()))
+            }),
+            None => return,
+        }
+        self.reclaim(RECLAIM_PER_BURIAL);
     }
 
     /// Stores an item under `key`, replacing any; an already expired one removes the key.
@@ -1604,7 +1679,9 @@ impl KvStore {
             self.remove(key);
             return;
         }
-        self.insert(Rec::new(key, value, flags, cas, expire_at));
+        if let Some(c) = self.insert(Rec::new(key, value, flags, cas, expire_at)) {
+            self.bury_coll(c);
+        }
     }
 
     /// Sets the expiry of the existing item under `key`; an expiry ≤ now removes it.
@@ -1617,16 +1694,17 @@ impl KvStore {
         }
         self.touch(key);
         if e.is_typed() {
+            if expire_at.is_some_and(|t| t <= self.now_ms) {
+                self.remove(key);
+                return;
+            }
+            // The same collection under a new record (sharing it: dropping the old copy is O(1)).
             let c = self
                 .colls
                 .get(key)
                 .cloned()
                 .expect("a typed item's collection");
-            if expire_at.is_some_and(|t| t <= self.now_ms) {
-                self.remove(key);
-            } else {
-                self.put_typed(key, c, e.cas(), expire_at);
-            }
+            self.put_typed(key, c, e.cas(), expire_at);
             return;
         }
         self.store(key, e.value(), e.flags(), e.cas(), expire_at);
@@ -1635,8 +1713,11 @@ impl KvStore {
     /// Stores collection `c` under `key` with its record, replacing whatever the key held.
     fn put_typed(&mut self, key: &[u8], c: Coll, cas: u64, expire_at: Option<u64>) {
         assert!(!c.is_empty(), "an empty collection stored");
-        // Inserting the record forgets the key's old item, its collection included.
-        self.insert(Rec::typed(key, cas, expire_at));
+        // Inserting the record forgets the key's old item, its collection included: `c` is
+        // often a changed copy of it, sharing most of its nodes, so it is dropped here, where
+        // that costs only what `c` does not share (one of another key's, by `COPY` or
+        // `RENAME` onto this one, goes whole).
+        drop(self.insert(Rec::typed(key, cas, expire_at)));
         self.hash_sum = self.hash_sum.wrapping_add(c.contribution(key));
         self.used += c.cost();
         let old = self.colls.insert(key.to_vec(), c);

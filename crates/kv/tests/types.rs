@@ -700,3 +700,95 @@ fn watch_memory_is_bounded_and_forgetting_aborts() {
     assert!(back.changed_since(b"untouched", since));
     assert!(back.changed_since(format!("k{}", WATCH_MEMORY + 9).as_bytes(), s.index - 2));
 }
+
+/// A command of `n` elements of `kind` under `key` (HSET, RPUSH, SADD or ZADD).
+fn fill(s: &mut S, kind: &str, key: &str, n: usize) {
+    let mut line = match kind {
+        "hash" => format!("HSET {key}"),
+        "list" => format!("RPUSH {key}"),
+        "set" => format!("SADD {key}"),
+        _ => format!("ZADD {key}"),
+    };
+    for i in 0..n {
+        match kind {
+            "hash" => line.push_str(&format!(" f{i} v{i}")),
+            "zset" => line.push_str(&format!(" {i} m{i}")),
+            _ => line.push_str(&format!(" e{i}")),
+        }
+    }
+    assert!(matches!(s.c(&line), Reply::Int(_)), "{line}");
+}
+
+#[test]
+fn a_large_collection_let_go_of_is_freed_a_piece_at_a_time() {
+    use waverunner_kv::store::SHED_AT;
+    let big = SHED_AT + 500;
+    let mut s = S::new();
+    for kind in ["hash", "list", "set", "zset"] {
+        fill(&mut s, kind, "big", big);
+        // Deleted: its elements wait for the store's steps (two went with the delete).
+        assert_eq!(
+            s.op(Op::Del {
+                keys: vec![b("big")]
+            }),
+            Response::Int(1)
+        );
+        assert_eq!(s.store.buried(), big - 2, "{kind}");
+        assert_eq!(s.store.reclaim(300), 300);
+        assert_eq!(s.store.reclaim(usize::MAX), big - 302);
+        assert_eq!(s.store.buried(), 0);
+        // Replaced by a string: the same.
+        fill(&mut s, kind, "big", big);
+        s.set_string("big", "x");
+        assert_eq!(s.store.buried(), big - 2, "{kind}");
+        assert_eq!(s.store.reclaim(usize::MAX), big - 2);
+        s.op(Op::Del {
+            keys: vec![b("big")],
+        });
+    }
+    // A small one goes at once.
+    fill(&mut s, "hash", "small", SHED_AT);
+    s.op(Op::Del {
+        keys: vec![b("small")],
+    });
+    assert_eq!(s.store.buried(), 0);
+    // A large one changed, or moved to another key, shares its nodes with what is stored:
+    // nothing waits (freeing it a piece at a time would copy them).
+    fill(&mut s, "hash", "big", big);
+    s.c("HSET big f0 changed");
+    s.c("HDEL big f1");
+    s.op(Op::Rename {
+        from: b("big"),
+        to: b("moved"),
+        nx: false,
+    });
+    assert_eq!(s.store.buried(), 0);
+    assert_eq!(s.read("HLEN moved"), int(big as i64 - 1));
+    assert_eq!(s.read("HGET moved f0"), bulk("changed"));
+    // A FLUSHALL frees the elements of its collections a piece at a time as well.
+    fill(&mut s, "list", "l", big);
+    s.op(Op::FlushAll);
+    let held = s.store.buried();
+    // Two records, the hash's and the list's elements, less the two freed at once.
+    assert_eq!(held, 2 + (big - 1) + big - 2);
+    assert_eq!(s.store.reclaim(100), 100);
+    assert_eq!(s.store.reclaim(usize::MAX), held - 100);
+    assert_eq!(s.store.buried(), 0);
+}
+
+#[test]
+fn a_collection_a_snapshot_view_shares_is_freed_by_the_store_once_the_view_is_gone() {
+    let mut s = S::new();
+    fill(&mut s, "set", "small", 10);
+    let view = s.store.snapshot_view();
+    s.op(Op::Del {
+        keys: vec![b("small")],
+    });
+    // Its record and its ten members.
+    assert_eq!(s.store.buried(), 11);
+    assert_eq!(s.store.reclaim(usize::MAX), 0, "the view may still read it");
+    std::thread::spawn(move || drop(view)).join().unwrap();
+    assert_eq!(s.store.buried(), 11, "the view's thread freed none of it");
+    assert_eq!(s.store.reclaim(usize::MAX), 11);
+    assert_eq!(s.store.buried(), 0);
+}

@@ -93,6 +93,14 @@ impl Type {
     }
 }
 
+/// Removes the least key of `m`; whether there was one.
+pub(crate) fn remove_min<K: Ord + Clone, V: Clone>(m: &mut OrdMap<K, V>) -> bool {
+    let Some(k) = m.get_min().map(|(k, _)| k.clone()) else {
+        return false;
+    };
+    m.remove(&k).is_some()
+}
+
 /// The elements of a collection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -214,6 +222,31 @@ impl Coll {
             Kind::Set(s) => s.len(),
             Kind::ZSet(z) => z.len(),
         }
+    }
+
+    /// Drops at most `budget` elements, whichever (a collection the store let go of, freed a
+    /// piece at a time: its content hash and cost no longer count anywhere); how many.
+    pub(crate) fn shed(&mut self, budget: usize) -> usize {
+        let mut n = 0;
+        match &mut self.kind {
+            Kind::Hash(m) => {
+                while n < budget && remove_min(m) {
+                    n += 1;
+                }
+            }
+            Kind::List(l) => {
+                while n < budget && l.pop_back().is_some() {
+                    n += 1;
+                }
+            }
+            Kind::Set(s) => {
+                while n < budget && s.remove_min().is_some() {
+                    n += 1;
+                }
+            }
+            Kind::ZSet(z) => n = z.shed(budget),
+        }
+        n
     }
 
     /// Whether it holds no element (the store never keeps an empty collection).

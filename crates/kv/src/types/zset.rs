@@ -40,6 +40,17 @@ pub struct ZSet {
 }
 
 impl ZSet {
+    /// Drops at most `budget` members, whatever they are (a zset being freed a piece at a
+    /// time); how many.
+    pub(crate) fn shed(&mut self, budget: usize) -> usize {
+        let mut n = 0;
+        while n < budget && super::remove_min(&mut self.scores) {
+            self.order.pop_back();
+            n += 1;
+        }
+        n
+    }
+
     /// Number of members.
     pub fn len(&self) -> usize {
         self.scores.len()
