@@ -20,8 +20,7 @@ use mio::event::Event as IoEvent;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
-use crate::replica::{Event, Handle, Replier};
-use crate::sm::Decoded;
+use crate::replica::{Event, Handle, Submit};
 use crate::stop::Stop;
 
 /// The poll token of the poll's one waker: the replica loop's [`Bell`], or a front-end
@@ -46,27 +45,12 @@ pub const POLL_EVENTS: usize = 1_024;
 pub trait Propose {
     /// Submits a request; `reply` is called exactly once, on the replica loop's thread or at
     /// once (busy).
-    /// `decoded`: see [`crate::replica::Submit::decoded`].
-    fn submit(
-        &mut self,
-        client: u64,
-        seq: u64,
-        command: Vec<u8>,
-        decoded: Option<Decoded>,
-        reply: Replier,
-    );
+    fn submit(&mut self, s: Submit);
 }
 
 impl Propose for Handle {
-    fn submit(
-        &mut self,
-        client: u64,
-        seq: u64,
-        command: Vec<u8>,
-        decoded: Option<Decoded>,
-        reply: Replier,
-    ) {
-        Handle::submit(self, client, seq, command, decoded, reply)
+    fn submit(&mut self, s: Submit) {
+        Handle::submit(self, s)
     }
 }
 

@@ -348,6 +348,9 @@ pub struct Counters {
     pub reads_batched: u64,
     /// Entries applied.
     pub applied_entries: u64,
+    /// Reads that came while the loop's clock lagged (a tick overdue) in lease mode: through
+    /// the log instead of the lease.
+    pub lease_reads_late: u64,
     /// Commands and reads of this replica's front-end applied or read as the front-end
     /// decoded them, without decoding the command ([`crate::sm::StateMachine::apply_decoded`]).
     pub applied_decoded: u64,
@@ -540,6 +543,11 @@ impl Status {
                 c.held_back,
             ),
             ("commits_total", "Entries applied.", c.applied_entries),
+            (
+                "lease_reads_late_total",
+                "Lease-mode requests submitted while a tick was overdue: no read without the log.",
+                c.lease_reads_late,
+            ),
             (
                 "applied_decoded_total",
                 "Front-end commands applied or read as parsed, without decoding.",

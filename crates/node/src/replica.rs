@@ -273,7 +273,7 @@ pub struct Admission {
 
 impl Admission {
     /// Admits one request unless [`MAX_ADMITTED`] are pending; the guard gives it back.
-    fn admit(self: &Arc<Admission>) -> Option<Admitted> {
+    fn admit_one(self: &Arc<Admission>) -> Option<Admitted> {
         if self.pending.fetch_add(1, Ordering::AcqRel) >= MAX_ADMITTED {
             self.pending.fetch_sub(1, Ordering::AcqRel);
             self.refused.fetch_add(1, Ordering::Relaxed);
@@ -282,17 +282,21 @@ impl Admission {
         Some(Admitted(self.clone()))
     }
 
-    /// `reply`, holding an admission until it is called; `None` (and `reply` answered busy)
-    /// when [`MAX_ADMITTED`] requests are pending.
-    fn admit_reply(self: &Arc<Admission>, reply: Replier) -> Option<Replier> {
-        let Some(admitted) = self.admit() else {
-            reply(Err(ClientError::Busy));
+    /// `s`, its reply holding an admission until it is called; `None` (and `s` answered
+    /// busy) when [`MAX_ADMITTED`] requests are pending.
+    fn admit(self: &Arc<Admission>, s: Submit) -> Option<Submit> {
+        let Some(admitted) = self.admit_one() else {
+            (s.reply)(Err(ClientError::Busy));
             return None;
         };
-        Some(Box::new(move |r| {
-            drop(admitted);
-            reply(r)
-        }))
+        let reply = s.reply;
+        Some(Submit {
+            reply: Box::new(move |r| {
+                drop(admitted);
+                reply(r)
+            }),
+            ..s
+        })
     }
 
     /// Requests admitted and not answered yet.
@@ -373,25 +377,11 @@ impl Handle {
         }
     }
 
-    /// Submits a request; `reply` is called exactly once (at once with busy when
-    /// [`MAX_ADMITTED`] requests are pending). `decoded`: see [`Submit::decoded`].
-    pub fn submit(
-        &self,
-        client: u64,
-        seq: u64,
-        command: Vec<u8>,
-        decoded: Option<Decoded>,
-        reply: Replier,
-    ) {
-        let Some(reply) = self.admission.admit_reply(reply) else {
+    /// Submits a request; its `reply` is called exactly once (at once with busy when
+    /// [`MAX_ADMITTED`] requests are pending).
+    pub fn submit(&self, s: Submit) {
+        let Some(s) = self.admission.admit(s) else {
             return;
-        };
-        let s = Submit {
-            client,
-            seq,
-            command,
-            decoded,
-            reply,
         };
         match self.tx.try_send(Event::Submit(s)) {
             Ok(()) => {}
@@ -406,15 +396,15 @@ impl Handle {
     /// Submits a request and waits for its answer.
     pub fn call(&self, client: u64, seq: u64, command: Vec<u8>) -> Result<Vec<u8>, ClientError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.submit(
+        self.submit(Submit {
             client,
             seq,
             command,
-            None,
-            Box::new(move |r| {
+            decoded: None,
+            reply: Box::new(move |r| {
                 let _ = tx.send(r.map(Answer::encoded));
             }),
-        );
+        });
         rx.recv().unwrap_or(Err(ClientError::ShuttingDown))
     }
 
@@ -522,25 +512,12 @@ pub struct LoopIo {
 struct Direct<'a, S: StateMachine>(&'a mut Replica<S>);
 
 impl<S: StateMachine> Propose for Direct<'_, S> {
-    fn submit(
-        &mut self,
-        client: u64,
-        seq: u64,
-        command: Vec<u8>,
-        decoded: Option<Decoded>,
-        reply: Replier,
-    ) {
-        let Some(reply) = self.0.admission.admit_reply(reply) else {
+    fn submit(&mut self, s: Submit) {
+        let Some(s) = self.0.admission.admit(s) else {
             return;
         };
         let t = Instant::now();
-        self.0.on_submit(Submit {
-            client,
-            seq,
-            command,
-            decoded,
-            reply,
-        });
+        self.0.on_submit(s);
         stall(self.0.cfg.id, t, || "a client request".into());
     }
 }
@@ -586,6 +563,8 @@ pub struct Replica<S: StateMachine> {
     dp_wake: Arc<std::sync::atomic::AtomicBool>,
     /// The origin of the time the host logic is given ([`waverunner_host::Time`]).
     epoch: Instant,
+    /// When the next tick is due: the ticks before it are counted in the core's clock.
+    next_tick: Instant,
     /// Replication latency measured by software (leader, data plane off).
     sw_latency: SoftwareLatency,
     /// When the leader last proposed upkeep work, and the entry's index (it proposes no more
@@ -720,6 +699,7 @@ impl<S: StateMachine> Replica<S> {
                 .map_or_else(Default::default, |(_, w)| w.clone()),
             dp: dp.map(|(d, _)| d),
             epoch: Instant::now(),
+            next_tick: Instant::now(),
             sw_latency: SoftwareLatency::default(),
             housekeeping: (Instant::now(), 0),
             snap_job: None,
@@ -810,7 +790,6 @@ impl<S: StateMachine> Replica<S> {
     /// Counts the ticks that elapsed up to now, if any, and sends what they produced.
     fn tick_if_due(
         &mut self,
-        next_tick: &mut Instant,
         tick: Duration,
         rx: &Receiver<Event>,
         backlog: &mut VecDeque<Event>,
@@ -821,7 +800,7 @@ impl<S: StateMachine> Replica<S> {
         // Every tick that elapsed counts, also those missed while the process was stopped or
         // starved (`waverunner_host::ticks`: capped at two election timeouts).
         let Some((mut replay, missed, next)) =
-            Replay::due(at(*next_tick), at(now), tick, self.cfg.election_ticks)
+            Replay::due(at(self.next_tick), at(now), tick, self.cfg.election_ticks)
         else {
             return Ok(());
         };
@@ -864,7 +843,7 @@ impl<S: StateMachine> Replica<S> {
         // A leader's heartbeats (none while an enabled data plane carries them), a follower's
         // liveness-only answer.
         *ka.msgs.lock().expect("keepalive") = self.raft.keepalive_messages();
-        *next_tick = self.epoch + next;
+        self.next_tick = self.epoch + next;
         // What the tick produced (heartbeats, a campaign's vote requests) goes out now, not
         // when the next event or tick wakes this loop. Left for the next wake-up, an idle
         // replica's vote requests waited a tick, and two survivors of a crashed leader woke
@@ -883,7 +862,7 @@ impl<S: StateMachine> Replica<S> {
             mut clients,
         } = io;
         let tick = Duration::from_millis(self.cfg.tick_ms);
-        let mut next_tick = Instant::now() + tick;
+        self.next_tick = Instant::now() + tick;
         self.drive()?;
         self.publish();
         // Events taken from the queue during a stall while peers' frames were stepped first.
@@ -902,7 +881,7 @@ impl<S: StateMachine> Replica<S> {
                 // stepped in step with the ticks that passed, not before all of them (a
                 // leader then found the second election timeout of the stall without an
                 // answer and stepped down).
-                self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
+                self.tick_if_due(tick, &rx, &mut backlog)?;
                 let next = match backlog.pop_front() {
                     Some(ev) => Ok(ev),
                     None => rx.try_recv(),
@@ -939,7 +918,7 @@ impl<S: StateMachine> Replica<S> {
                 match rx.try_recv() {
                     Ok(ev) => backlog.push_back(ev),
                     Err(_) => {
-                        let wake = self.idle_wake(next_tick, tick);
+                        let wake = self.idle_wake(self.next_tick, tick);
                         let mut t = wake.saturating_duration_since(Instant::now());
                         if let Some(c) = clients.as_ref().and_then(|c| c.timeout()) {
                             t = t.min(c);
@@ -959,7 +938,7 @@ impl<S: StateMachine> Replica<S> {
                     // Time first, here too: the process may have been stopped or starved in
                     // the poll, and a request read now must not be served with the clock of
                     // before (a lease read from a lease that expired meanwhile).
-                    self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
+                    self.tick_if_due(tick, &rx, &mut backlog)?;
                     let t = Instant::now();
                     let mut n = 0;
                     for ev in events.iter() {
@@ -989,7 +968,7 @@ impl<S: StateMachine> Replica<S> {
             // The answers the batches gave go out now (and what they let connections send:
             // time first again).
             if let Some(c) = clients.as_mut() {
-                self.tick_if_due(&mut next_tick, tick, &rx, &mut backlog)?;
+                self.tick_if_due(tick, &rx, &mut backlog)?;
                 let t = Instant::now();
                 c.turn(&mut Direct(&mut self));
                 stall(self.cfg.id, t, || {
@@ -1160,8 +1139,17 @@ impl<S: StateMachine> Replica<S> {
             (s.reply)(Err(ClientError::OutOfMemory));
             return;
         }
-        let read =
+        // A lease read is answered on the core's clock, its ticks: only while no tick is
+        // overdue. One that lags (the process was stopped, or the loop busy, after it last
+        // counted them) could take an expired lease for a live one and answer a read that came
+        // after another leader's write with the value from before it. Then the read goes
+        // through the log.
+        let mut read =
             self.cfg.read_mode != ReadModeConfig::Log && self.state.sm.is_read_only(&s.command);
+        if read && self.cfg.read_mode == ReadModeConfig::Lease && Instant::now() >= self.next_tick {
+            self.counters.lease_reads_late += 1;
+            read = false;
+        }
         let mut cx = cx!(self);
         // A session's result is remembered encoded: its request is applied from the bytes.
         let decoded = s.decoded.filter(|_| s.client == 0);
@@ -2016,13 +2004,13 @@ mod tests {
         let answers: Answers = Arc::default();
         let submit = |seq: u64| {
             let a = answers.clone();
-            h.submit(
-                1,
+            h.submit(Submit {
+                client: 1,
                 seq,
-                vec![],
-                None,
-                Box::new(move |r| a.lock().unwrap().push(r)),
-            );
+                command: vec![],
+                decoded: None,
+                reply: Box::new(move |r| a.lock().unwrap().push(r)),
+            });
         };
         for seq in 0..MAX_ADMITTED as u64 {
             submit(seq);

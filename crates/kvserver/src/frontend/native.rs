@@ -11,7 +11,7 @@ use waverunner_kv::codec::encode_op;
 use crate::kvsm::response_of;
 use waverunner_kv::native::{self as proto, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 
-use waverunner_node::replica::{ClientError, Handle};
+use waverunner_node::replica::{ClientError, Handle, Submit};
 use waverunner_node::stop::Stop;
 
 /// The native front-end: decodes request datagrams, submits them, and answers from the
@@ -55,12 +55,12 @@ impl Native {
         encode_op(&req.op, &mut command);
         let (out, h, self_id) = (self.sock.clone(), self.handle.clone(), self.self_id);
         let seq = req.seq;
-        self.handle.submit(
-            req.client,
-            req.seq,
+        self.handle.submit(Submit {
+            client: req.client,
+            seq: req.seq,
             command,
-            Some(Box::new(req.op)),
-            Box::new(move |r| {
+            decoded: Some(Box::new(req.op)),
+            reply: Box::new(move |r| {
                 let leader = h.leader();
                 let pkt = match r.map(response_of) {
                     Ok(Ok(resp)) => proto::encode_reply(self_id, seq, STATUS_OK, leader, Ok(&resp)),
@@ -79,7 +79,7 @@ impl Native {
                 };
                 let _ = out.send_to(&pkt, peer);
             }),
-        );
+        });
     }
 }
 

@@ -33,7 +33,7 @@ use mio::{Interest, Registry, Token};
 use waverunner_kv::codec::{batch_command, encode_op};
 use waverunner_kv::{memcache, resp, Op, Response};
 use waverunner_node::clients::{ClientLoop, Propose, Wake, FIRST_TOKEN};
-use waverunner_node::replica::{ClientError, Handle};
+use waverunner_node::replica::{ClientError, Handle, Submit};
 use waverunner_node::sm::{Answer, Decoded};
 
 use crate::kvsm::response_of;
@@ -845,13 +845,13 @@ impl Loop {
             parts.push(Part { conn, gen, seqs });
         }
         let d = self.completions.clone();
-        to.submit(
-            0,
-            0,
-            command.expect("a batch holds an operation"),
-            decoded.map(|op| Box::new(op) as Decoded),
-            Box::new(move |result| d.push(Done { parts, result })),
-        );
+        to.submit(Submit {
+            client: 0,
+            seq: 0,
+            command: command.expect("a batch holds an operation"),
+            decoded: decoded.map(|op| Box::new(op) as Decoded),
+            reply: Box::new(move |result| d.push(Done { parts, result })),
+        });
     }
 }
 
