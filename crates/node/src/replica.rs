@@ -768,7 +768,7 @@ impl<S: StateMachine> Replica<S> {
     /// that does more than count ([`Raft::idle_ticks`]), the ticks between replayed then. An
     /// idle leader wakes for its heartbeats, an idle follower for its leader's, instead of a
     /// hundred times a second.
-    fn idle_wake(&self, next_tick: Instant, tick: Duration) -> Instant {
+    fn idle_wake(&self, tick: Duration) -> Instant {
         let busy = self.dp.is_some()
             || !self.requests.is_empty()
             || !self.admin_pending.is_empty()
@@ -780,7 +780,7 @@ impl<S: StateMachine> Replica<S> {
         } else {
             self.raft.idle_ticks().min(MAX_IDLE_TICKS)
         };
-        let wake = next_tick + tick * (ticks - 1);
+        let wake = self.next_tick + tick * (ticks - 1);
         let ka = &self.keepalive;
         let ms = ka.now_ms() + wake.saturating_duration_since(Instant::now()).as_millis() as u64;
         ka.idle_until_ms.store(ms, Ordering::Relaxed);
@@ -918,7 +918,7 @@ impl<S: StateMachine> Replica<S> {
                 match rx.try_recv() {
                     Ok(ev) => backlog.push_back(ev),
                     Err(_) => {
-                        let wake = self.idle_wake(self.next_tick, tick);
+                        let wake = self.idle_wake(tick);
                         let mut t = wake.saturating_duration_since(Instant::now());
                         if let Some(c) = clients.as_ref().and_then(|c| c.timeout()) {
                             t = t.min(c);
