@@ -348,8 +348,8 @@ pub struct Counters {
     pub reads_batched: u64,
     /// Entries applied.
     pub applied_entries: u64,
-    /// Reads that came while the loop's clock lagged (a tick overdue) in lease mode: through
-    /// the log instead of the lease.
+    /// Lease reads submitted while the loop's clock lagged (a tick overdue): held until it
+    /// counted the ticks.
     pub lease_reads_late: u64,
     /// Commands and reads of this replica's front-end applied or read as the front-end
     /// decoded them, without decoding the command ([`crate::sm::StateMachine::apply_decoded`]).
@@ -545,7 +545,7 @@ impl Status {
             ("commits_total", "Entries applied.", c.applied_entries),
             (
                 "lease_reads_late_total",
-                "Lease-mode requests submitted while a tick was overdue: no read without the log.",
+                "Lease reads submitted while a tick was overdue: held until the ticks were counted.",
                 c.lease_reads_late,
             ),
             (

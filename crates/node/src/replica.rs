@@ -565,6 +565,9 @@ pub struct Replica<S: StateMachine> {
     epoch: Instant,
     /// When the next tick is due: the ticks before it are counted in the core's clock.
     next_tick: Instant,
+    /// Lease reads submitted while a tick was overdue, routed once the ticks are counted
+    /// (bounded by the admitted requests).
+    late_reads: Vec<Submit>,
     /// Replication latency measured by software (leader, data plane off).
     sw_latency: SoftwareLatency,
     /// When the leader last proposed upkeep work, and the entry's index (it proposes no more
@@ -700,6 +703,7 @@ impl<S: StateMachine> Replica<S> {
             dp: dp.map(|(d, _)| d),
             epoch: Instant::now(),
             next_tick: Instant::now(),
+            late_reads: Vec::new(),
             sw_latency: SoftwareLatency::default(),
             housekeeping: (Instant::now(), 0),
             snap_job: None,
@@ -787,8 +791,26 @@ impl<S: StateMachine> Replica<S> {
         wake
     }
 
-    /// Counts the ticks that elapsed up to now, if any, and sends what they produced.
+    /// Counts the ticks that elapsed up to now, if any, and sends what they produced; then
+    /// routes the lease reads that waited for them.
     fn tick_if_due(
+        &mut self,
+        tick: Duration,
+        rx: &Receiver<Event>,
+        backlog: &mut VecDeque<Event>,
+    ) -> Result<(), Fatal> {
+        self.count_ticks(tick, rx, backlog)?;
+        for s in std::mem::take(&mut self.late_reads) {
+            // Late again only if the loop was held since the ticks were counted: through the
+            // log then, rather than waiting again.
+            let current = Instant::now() < self.next_tick;
+            self.route(s, current);
+        }
+        Ok(())
+    }
+
+    /// Counts the ticks that elapsed up to now, if any, and sends what they produced.
+    fn count_ticks(
         &mut self,
         tick: Duration,
         rx: &Receiver<Event>,
@@ -981,6 +1003,9 @@ impl<S: StateMachine> Replica<S> {
             let _ = self.storage.set_hard_state(self.ready_st.latest_hard);
         }
         let _ = self.storage.sync();
+        for s in self.late_reads.drain(..) {
+            (s.reply)(Err(ClientError::ShuttingDown));
+        }
         let now = self.now();
         self.requests.fail_all(ClientError::ShuttingDown, now);
         self.flush_requests();
@@ -1139,17 +1164,23 @@ impl<S: StateMachine> Replica<S> {
             (s.reply)(Err(ClientError::OutOfMemory));
             return;
         }
+        let read =
+            self.cfg.read_mode != ReadModeConfig::Log && self.state.sm.is_read_only(&s.command);
         // A lease read is answered on the core's clock, its ticks: only while no tick is
         // overdue. One that lags (the process was stopped, or the loop busy, after it last
         // counted them) could take an expired lease for a live one and answer a read that came
-        // after another leader's write with the value from before it. Then the read goes
-        // through the log.
-        let mut read =
-            self.cfg.read_mode != ReadModeConfig::Log && self.state.sm.is_read_only(&s.command);
+        // after another leader's write with the value from before it. Such a read waits until
+        // the loop has counted the ticks (they come first in its next turn).
         if read && self.cfg.read_mode == ReadModeConfig::Lease && Instant::now() >= self.next_tick {
             self.counters.lease_reads_late += 1;
-            read = false;
+            self.late_reads.push(s);
+            return;
         }
+        self.route(s, read);
+    }
+
+    /// Hands a request to the host's routing (`read`: it may be served without the log).
+    fn route(&mut self, s: Submit, read: bool) {
         let mut cx = cx!(self);
         // A session's result is remembered encoded: its request is applied from the bytes.
         let decoded = s.decoded.filter(|_| s.client == 0);
