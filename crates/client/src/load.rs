@@ -164,8 +164,15 @@ pub fn closed_loop(
     Ok(r)
 }
 
-/// A UDP socket of `target`'s family on an ephemeral port, and a second handle to it (the
-/// receiving thread's).
+/// Bytes of an open loop's receive buffer: a second of answers at twice what a cluster
+/// sustains on this machine queue there while the receiving thread waits for a CPU. With
+/// the default (about 200 KiB), the generator itself dropped a third of the answers of an
+/// overload run (`UdpRcvbufErrors` where it ran), and counted them as unanswered.
+const RECEIVE_BUFFER: libc::c_int = 16 << 20;
+
+/// A UDP socket of `target`'s family on an ephemeral port with a [`RECEIVE_BUFFER`] (as
+/// large as the system allows without root), and a second handle to it (the receiving
+/// thread's).
 fn sockets_for(target: SocketAddr) -> Result<(UdpSocket, UdpSocket), Error> {
     let sock = UdpSocket::bind(if target.is_ipv4() {
         "0.0.0.0:0"
@@ -173,6 +180,22 @@ fn sockets_for(target: SocketAddr) -> Result<(UdpSocket, UdpSocket), Error> {
         "[::]:0"
     })
     .map_err(|e| Error::Local(format!("bind: {e}")))?;
+    let set = |opt: libc::c_int| {
+        // SAFETY: a live c_int of the size given, for a socket this function owns.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                libc::SOL_SOCKET,
+                opt,
+                (&RECEIVE_BUFFER as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+        }
+    };
+    // The FORCE variant (root) passes the system's cap; without it the cap applies.
+    if !set(libc::SO_RCVBUFFORCE) {
+        set(libc::SO_RCVBUF);
+    }
     let rx = sock
         .try_clone()
         .map_err(|e| Error::Local(format!("socket: {e}")))?;
