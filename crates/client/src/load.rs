@@ -166,8 +166,8 @@ pub fn closed_loop(
 
 /// Bytes of an open loop's receive buffer: a second of answers at twice what a cluster
 /// sustains on this machine queue there while the receiving thread waits for a CPU. With
-/// the default (about 200 KiB), the generator itself dropped a third of the answers of an
-/// overload run (`UdpRcvbufErrors` where it ran), and counted them as unanswered.
+/// the default (about 200 KiB), the generator itself dropped about a quarter of the answers
+/// of an overload run (`UdpRcvbufErrors` where it ran), and counted them as unanswered.
 const RECEIVE_BUFFER: libc::c_int = 16 << 20;
 
 /// A UDP socket of `target`'s family on an ephemeral port with a [`RECEIVE_BUFFER`] (as
