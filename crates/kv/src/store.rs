@@ -459,10 +459,15 @@ impl Flushed {
         n
     }
 
+    /// O(1): the loop asks at every step ([`KvStore::reclaim`]).
     fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.items.is_empty()
+            && self.colls.is_empty()
+            && self.open.is_none()
+            && self.expiries.is_empty()
     }
 
+    /// Pieces left: O(its collections), for [`KvStore::buried`] only.
     fn len(&self) -> usize {
         self.items.len()
             + self.colls.values().map(Coll::len).sum::<usize>()
@@ -490,7 +495,8 @@ impl Grave {
         self.items.is_empty() && self.colls.is_empty() && self.flushed.is_empty()
     }
 
-    /// Pieces it holds: items, elements of collections, and what `FLUSHALL`s let go of.
+    /// Pieces it holds: items, elements of collections, and what `FLUSHALL`s let go of
+    /// (O(collections): for [`KvStore::buried`] only).
     fn len(&self) -> usize {
         self.items.len()
             + self.colls.iter().map(Coll::len).sum::<usize>()
@@ -1565,8 +1571,9 @@ impl KvStore {
     }
 
     /// Pieces the graves hold (kept alive by snapshot views, or waiting for
-    /// [`KvStore::reclaim`]): items, and the items, collections and expiry entries of states a
-    /// `FLUSHALL` let go of.
+    /// [`KvStore::reclaim`]): items, elements of collections, and the items, elements and
+    /// expiry entries of states a `FLUSHALL` let go of. O(collections held): for tests and
+    /// diagnostics, not for the loop.
     pub fn buried(&self) -> usize {
         let graves = self.graves.0.lock().unwrap_or_else(|e| e.into_inner());
         graves.iter().map(Grave::len).sum()
