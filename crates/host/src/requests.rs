@@ -88,6 +88,17 @@ pub enum Outcome<R = Vec<u8>> {
     Stale,
 }
 
+impl<R> Outcome<R> {
+    /// The same outcome with its result changed by `f`.
+    pub fn map<S>(self, f: impl FnOnce(R) -> S) -> Outcome<S> {
+        match self {
+            Outcome::Applied(r) => Outcome::Applied(f(r)),
+            Outcome::Duplicate(r) => Outcome::Duplicate(f(r)),
+            Outcome::Stale => Outcome::Stale,
+        }
+    }
+}
+
 /// Where a request is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
@@ -679,29 +690,10 @@ impl<T, R> Requests<T, R> {
         self.batch.clear();
     }
 
-    /// The token of the request an entry about to be applied carries (`origin`, request `req`,
-    /// session `client`/`seq`) if it is this replica's own write in flight: the one
-    /// [`Requests::on_applied`] answers.
-    pub fn applying_mine(
-        &mut self,
-        origin: u64,
-        req: u64,
-        client: u64,
-        seq: u64,
-    ) -> Option<&mut T> {
-        if origin != self.me {
-            return None;
-        }
-        self.table
-            .get_mut(&req)
-            .filter(|r| r.client == client && r.seq == seq && !r.read)
-            .map(|r| &mut r.token)
-    }
-
-    /// Entry `index` was applied: if this replica proposed or forwarded it for a client
-    /// (`origin`, request `req`, session `client`/`seq`), answers that client with `outcome`;
-    /// if it carried a batch of reads, they are served from the state at `index` on
-    /// ([`Requests::reads_ready`]).
+    /// Entry `index` is applied by `apply`, given the token of the request it carries
+    /// (`origin`, request `req`, session `client`/`seq`) if it is this replica's own write in
+    /// flight. If it is, answers that client with the outcome; if it carried a batch of reads,
+    /// they are served from the state at `index` on ([`Requests::reads_ready`]).
     #[allow(clippy::too_many_arguments)]
     pub fn on_applied(
         &mut self,
@@ -710,10 +702,19 @@ impl<T, R> Requests<T, R> {
         req: u64,
         client: u64,
         seq: u64,
-        outcome: Outcome<R>,
+        apply: impl FnOnce(Option<&mut T>) -> Outcome<R>,
         now: Time,
     ) {
-        if self.applying_mine(origin, req, client, seq).is_none() {
+        let request = if origin == self.me {
+            self.table
+                .get_mut(&req)
+                .filter(|r| r.client == client && r.seq == seq && !r.read)
+        } else {
+            None
+        };
+        let mine = request.is_some();
+        let outcome = apply(request.map(|r| &mut r.token));
+        if !mine {
             return;
         }
         if req == self.batch.carrier() && !matches!(outcome, Outcome::Stale) {
@@ -852,7 +853,13 @@ mod tests {
                         if let Ok(env) = Envelope::decode(&e.data, usize::MAX) {
                             let out = Outcome::Applied(format!("at {}", e.index).into_bytes());
                             rq.on_applied(
-                                e.index, env.origin, env.req, env.client, env.seq, out, self.now,
+                                e.index,
+                                env.origin,
+                                env.req,
+                                env.client,
+                                env.seq,
+                                |_| out,
+                                self.now,
                             );
                         }
                     }

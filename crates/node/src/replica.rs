@@ -1435,26 +1435,24 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             // This replica's own request, submitted decoded: applied without decoding it.
-            let decoded = self
-                .requests
-                .applying_mine(env.origin, env.req, env.client, env.seq)
-                .and_then(|p| p.decoded.take());
-            let outcome = match decoded {
-                Some(d) => {
-                    self.counters.applied_decoded += 1;
-                    Outcome::Applied(self.state.apply_decoded(e.index, &env, d))
-                }
-                None => match self.state.apply(e.index, &env) {
-                    Outcome::Applied(r) => Outcome::Applied(Answer::Encoded(r)),
-                    Outcome::Duplicate(r) => Outcome::Duplicate(Answer::Encoded(r)),
-                    Outcome::Stale => Outcome::Stale,
-                },
-            };
-            self.admission.set_applied(e.index);
             let now = self.now();
+            let (state, counters) = (&mut self.state, &mut self.counters);
             self.requests.on_applied(
-                e.index, env.origin, env.req, env.client, env.seq, outcome, now,
+                e.index,
+                env.origin,
+                env.req,
+                env.client,
+                env.seq,
+                |mine| match mine.and_then(|p| p.decoded.take()) {
+                    Some(d) => {
+                        counters.applied_decoded += 1;
+                        Outcome::Applied(state.apply_decoded(e.index, &env, d))
+                    }
+                    None => state.apply(e.index, &env).map(Answer::Encoded),
+                },
+                now,
             );
+            self.admission.set_applied(e.index);
         }
     }
 

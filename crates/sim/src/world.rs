@@ -2019,8 +2019,15 @@ impl ReadyIo for SimIo<'_> {
             };
             let at = Duration::from_micros(now);
             let done = Outcome::Applied(Vec::new());
-            n.requests
-                .on_applied(e.index, env.origin, env.req, env.client, env.seq, done, at);
+            n.requests.on_applied(
+                e.index,
+                env.origin,
+                env.req,
+                env.client,
+                env.seq,
+                |_| done,
+                at,
+            );
             for eff in n.requests.take_effects() {
                 match eff {
                     Effect::Done {
