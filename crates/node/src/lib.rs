@@ -28,7 +28,7 @@ pub mod transport;
 pub mod wire;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{sync_channel, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -44,7 +44,7 @@ pub use waverunner_host::dataplane::MAX_COMMAND as DATAPLANE_MAX_COMMAND;
 use metrics::{Addresses, Status};
 use replica::{Event, Fatal, LoopIo, Replica};
 use stop::Stop;
-use transport::Transport;
+use transport::{Delivery, Transport};
 
 /// A replica that could not start; the message says what to fix.
 #[derive(Debug)]
@@ -196,9 +196,15 @@ pub fn start_replica_with<S: StateMachine>(
         raft_listener,
         Some(cfg.listen.raft),
         &peers,
-        move |(from, f, at)| inbox.send(Event::Peer(from, f, at)).is_ok(),
+        move |(from, f, at)| match inbox.try_send(Event::Peer(from, f, at)) {
+            Ok(()) => Delivery::Taken,
+            Err(TrySendError::Full(Event::Peer(from, f, at))) => Delivery::Full((from, f, at)),
+            Err(TrySendError::Full(_)) => unreachable!("sent a peer's frame"),
+            Err(TrySendError::Disconnected(_)) => Delivery::Closed,
+        },
         stop.clone(),
-    );
+    )
+    .map_err(|e| StartError(format!("cannot start the replica transport: {e}")))?;
     let (dp, dp_socket) = if cfg.dataplane == config::DataPlaneKind::Off {
         (None, None)
     } else {

@@ -1,50 +1,85 @@
-//! TCP transport between replicas: two outbound connections per peer ([`Lane`]: control and
-//! bulk), each with a bounded send queue and reconnection with backoff, and inbound connections whose frames are checked and handed
-//! to the replica's event queue. Raft tolerates loss: a full queue or a broken connection drops
-//! frames (counted), it never blocks the replica.
+//! TCP transport between replicas, on one thread per replica (`raft-net`, a mio loop): two
+//! outbound connections per peer ([`Lane`]: control and bulk), each with a bounded queue and
+//! reconnection with backoff, and the inbound connections, whose frames are checked and
+//! handed to the replica's event queue. Raft tolerates loss: a full queue or a broken
+//! connection drops frames (counted), it never blocks the replica.
+//!
+//! Why a thread of its own and not the replica loop (issue 13 allows one more thread per
+//! replica): the keepalive thread sends heartbeats through the transport while the loop is
+//! held (a large apply, a busy machine), so peers' connections must move while the loop does
+//! not. One thread replaces the nine or more the transport had per replica of three (a sender
+//! per peer and lane, an acceptor, a receiver per inbound connection): frames the loop sends
+//! in one turn leave in one wake-up of this thread, and no sender sleeps and wakes per frame.
+//!
+//! Large messages (over [`wire::MAX_FRAME`]) are encoded on a short-lived thread at bulk
+//! priority, and written and read a bounded number of bytes per turn ([`TURN_BYTES`]), at
+//! bulk priority too: heartbeats, votes and acknowledgements on the control lane wait behind
+//! a 64 MiB value for one turn's share at most.
 //!
 //! Peers come and go with membership changes: [`Transport::add_peer`] starts talking to a new
-//! member, [`Transport::remove_peer`] stops talking to a removed one (its sender thread ends and
-//! closes the connection). Every outbound connection opens with `Hello` (who is speaking) and
-//! `Advertise` (where the speaker listens), so a replica can answer a peer it has no address
-//! for yet — a joining replica learns its leader's address this way.
+//! member, [`Transport::remove_peer`] stops talking to a removed one (what was queued for it
+//! is still written, then its connections close). Every outbound connection opens with
+//! `Hello` (who is speaking) and `Advertise` (where the speaker listens), so a replica can
+//! answer a peer it has no address for yet — a joining replica learns its leader's address
+//! this way.
 //!
 //! A peer that crashes or restarts closes its end of our outbound connection. Writing into
 //! such a connection succeeds locally and loses the bytes (only the next write fails), so the
-//! sender checks for the close before every write and every [`IDLE_CHECK`] while idle, and
-//! sends the batch on a new connection instead. Without this, the first votes after a peer's
-//! restart vanished and elections took a round more (split votes in the failover tests).
+//! thread watches outbound connections for the close (the peer never writes on them) and
+//! checks again before every batch, and sends the batch on a new connection instead. Without
+//! this, the first votes after a peer's restart vanished and elections took a round more
+//! (split votes in the failover tests).
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
 use std::mem;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use mio::net::{TcpListener as Listener, TcpStream};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
 use waverunner_raft::MessageBody;
 
+use crate::clients::Bell;
 use crate::priority::LowPriority;
 use crate::stop::Stop;
-use crate::wire::{self, Frame, Reassembly, HEADER_LEN};
+use crate::wire::{self, Frame, Large, Reassembly, HEADER_LEN};
 
-/// Frames queued per peer before new ones are dropped.
+/// Frames queued per peer and lane before new ones are dropped.
 pub const SEND_QUEUE: usize = 4_096;
 /// Forwarded commands longer than this take the bulk lane.
 const BULK_FORWARD: usize = 16 << 10;
-/// Inbound connections accepted at once.
+/// Inbound connections open at once.
 pub const MAX_INBOUND: usize = 64;
-/// How often an idle sender checks that its peer has not closed the connection (a sender also
-/// checks before every write, so this only starts a reconnection earlier).
-const IDLE_CHECK: Duration = Duration::from_millis(500);
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// A connection with bytes to write that takes none for this long is given up (the peer is
+/// stuck): its frames are dropped and it reconnects.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// An inbound connection must say hello within this.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first wait before connecting again to an unreachable peer.
+const MIN_BACKOFF: Duration = Duration::from_millis(5);
 /// The longest wait between connection attempts to an unreachable peer: a restarted peer is
 /// reached within this of listening again (its first messages, votes included, are lost
 /// until then).
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
+/// Bytes a connection reads, or writes of a large message, per turn of the thread before the
+/// other connections get theirs.
+pub const TURN_BYTES: usize = 1 << 20;
+/// Encoded frames gathered into one write, at most (a large message ends a batch).
+const BATCH_BYTES: usize = 4 << 20;
+/// Room a read asks for at least.
+const READ_ROOM: usize = 64 << 10;
+/// Poll tokens: the bell is [`crate::clients::BELL`] (0).
+const LISTENER: Token = Token(1);
+const STOP: Token = Token(2);
+const FIRST_CONN: usize = 3;
 
 /// Transport counters (exported in `/metrics`).
 #[derive(Default, Debug)]
@@ -64,22 +99,33 @@ pub struct TransportStats {
 }
 
 /// What inbound connections deliver: (sender node id, frame, when it arrived). The arrival is
-/// the kernel's receive time of the frame's last bytes, not when a receiver thread got to read
+/// the kernel's receive time of the frame's last bytes, not when the transport got to read
 /// them: after a stall of the whole process, frames that waited in its sockets still count as
 /// heard when they came (a leader stepped down by check-quorum, the missed ticks replayed
-/// before frames its receivers read only after the stall).
+/// before frames read only after the stall).
 pub type Inbound = (u64, Frame, Instant);
+
+/// What became of a frame handed to the replica.
+pub enum Delivery {
+    /// Queued for the replica loop.
+    Taken,
+    /// The loop's queue is full: the frame comes back, and its connection is not read until
+    /// the frame is taken (TCP backpressure on that peer, not on the others).
+    Full(Inbound),
+    /// The replica is gone: the connection closes.
+    Closed,
+}
 
 /// A TCP stream read with `recvmsg`, which remembers the kernel's receive time of the last
 /// bytes read (`SO_TIMESTAMPNS`: a `timespec` of `CLOCK_REALTIME`).
-struct Stamped {
-    s: TcpStream,
+struct Stamped<S> {
+    s: S,
     /// Receive time of the last bytes read (`CLOCK_REALTIME`), if the kernel gave one.
     last: Option<libc::timespec>,
 }
 
-impl Stamped {
-    fn new(s: TcpStream) -> Stamped {
+impl<S: AsRawFd> Stamped<S> {
+    fn new(s: S) -> Stamped<S> {
         let on: libc::c_int = 1;
         // SAFETY: a valid option value of the size given, for an open socket. Without it
         // frames are stamped when read (as before): an error is not fatal.
@@ -117,7 +163,7 @@ impl Stamped {
     }
 }
 
-impl Read for Stamped {
+impl<S: AsRawFd> Read for Stamped<S> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         // Room for one cmsg of a timespec (aligned as the kernel writes it).
         let mut control = [0u64; 8];
@@ -193,23 +239,72 @@ impl Lane {
     }
 }
 
-struct PeerQueue {
-    addr: SocketAddr,
-    control: SyncSender<Frame>,
-    bulk: SyncSender<Frame>,
-    /// Set when the peer is removed: its sender threads end.
-    gone: Arc<AtomicBool>,
+/// A peer's queues as senders fill them.
+#[derive(Default)]
+struct Queued {
+    control: VecDeque<Frame>,
+    bulk: VecDeque<Frame>,
 }
 
-/// Outbound half: queues per peer.
+impl Queued {
+    fn lane(&mut self, lane: Lane) -> &mut VecDeque<Frame> {
+        match lane {
+            Lane::Control => &mut self.control,
+            Lane::Bulk => &mut self.bulk,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.control.is_empty() && self.bulk.is_empty()
+    }
+}
+
+/// A peer as senders see it: where it listens, which incarnation of its connections
+/// (`generation`: a new one per [`Transport::add_peer`] at a new address) and its queues.
+struct Peer {
+    addr: SocketAddr,
+    generation: u64,
+    queued: Queued,
+}
+
+/// What other threads hand the transport thread.
+#[derive(Default)]
+struct Outbox {
+    peers: HashMap<u64, Peer>,
+    /// Peers removed (or moved to another address) with what was queued for them: written,
+    /// then their connections close. Bounded by membership changes.
+    retired: Vec<(u64, Peer)>,
+    /// Large frames encoded off the thread, for (generation, lane).
+    encoded: Vec<(u64, Lane, Encoded)>,
+    next_generation: u64,
+}
+
+impl Outbox {
+    fn is_empty(&self) -> bool {
+        self.retired.is_empty()
+            && self.encoded.is_empty()
+            && self.peers.values().all(|p| p.queued.is_empty())
+    }
+}
+
+/// A frame encoded off the thread.
+enum Encoded {
+    /// It fitted in one frame after all.
+    Small(Vec<u8>),
+    Large(Large),
+    /// No thread could be started to encode it: dropped.
+    Lost,
+}
+
+/// The peers' connections of one replica. Other threads queue frames ([`Transport::send`]);
+/// the `raft-net` thread writes them.
 pub struct Transport {
-    queues: Mutex<HashMap<u64, PeerQueue>>,
+    outbox: Mutex<Outbox>,
+    /// Rings the transport thread's poll while it sleeps.
+    bell: Bell,
     /// Counters.
     pub stats: Arc<TransportStats>,
     self_id: u64,
-    /// Where this replica listens for replicas, told to every peer after the hello.
-    advertise: Option<SocketAddr>,
-    stop: Arc<Stop>,
 }
 
 impl Transport {
@@ -220,85 +315,90 @@ impl Transport {
         listener: TcpListener,
         advertise: Option<SocketAddr>,
         peers: &[(u64, SocketAddr)],
-        deliver: impl Fn(Inbound) -> bool + Send + Sync + 'static,
+        deliver: impl FnMut(Inbound) -> Delivery + Send + 'static,
         stop: Arc<Stop>,
-    ) -> Arc<Transport> {
-        let stats = Arc::new(TransportStats::default());
+    ) -> io::Result<Arc<Transport>> {
+        let poll = Poll::new()?;
         let t = Arc::new(Transport {
-            queues: Mutex::new(HashMap::new()),
-            stats: stats.clone(),
+            outbox: Mutex::new(Outbox::default()),
+            bell: Bell::new(poll.registry())?,
+            stats: Arc::new(TransportStats::default()),
             self_id,
-            advertise,
-            stop: stop.clone(),
         });
         for (id, addr) in peers {
             t.add_peer(*id, *addr);
         }
-        let deliver = Arc::new(deliver);
+        listener.set_nonblocking(true)?;
+        let mut listener = Listener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry()
+            .register(&mut SourceFd(&stop.fd()), STOP, Interest::READABLE)?;
+        let mut net = Net {
+            t: t.clone(),
+            poll,
+            listener,
+            deliver,
+            stop,
+            advertise,
+            peers: HashMap::new(),
+            inbound: HashMap::new(),
+            outbound: HashMap::new(),
+            next_token: FIRST_CONN,
+            again: false,
+            next: None,
+        };
         thread::Builder::new()
-            .name("raft-accept".into())
-            .spawn(move || accept_loop(listener, deliver, stats, stop))
-            .expect("spawn accept thread");
-        t
+            .name("raft-net".into())
+            .spawn(move || net.run())?;
+        Ok(t)
     }
 
     /// Starts connecting to a peer. Idempotent; a known peer at a new address is reconnected
-    /// there.
+    /// there (what was queued for the old address is still written there).
     pub fn add_peer(&self, id: u64, addr: SocketAddr) {
-        let mut q = self.queues.lock().expect("queues");
         if id == self.self_id || id == 0 {
             return;
         }
-        match q.get(&id) {
-            Some(p) if p.addr == addr => return,
-            Some(p) => p.gone.store(true, Ordering::Relaxed),
-            None => {}
+        let mut o = self.outbox.lock().expect("outbox");
+        if o.peers.get(&id).is_some_and(|p| p.addr == addr) {
+            return;
         }
-        let (control, control_rx) = sync_channel(SEND_QUEUE);
-        let (bulk, bulk_rx) = sync_channel(SEND_QUEUE);
-        let gone = Arc::new(AtomicBool::new(false));
-        q.insert(
+        if let Some(old) = o.peers.remove(&id) {
+            o.retired.push((id, old));
+        }
+        o.next_generation += 1;
+        let generation = o.next_generation;
+        o.peers.insert(
             id,
-            PeerQueue {
+            Peer {
                 addr,
-                control,
-                bulk,
-                gone: gone.clone(),
+                generation,
+                queued: Queued::default(),
             },
         );
-        for (lane, rx) in [(Lane::Control, control_rx), (Lane::Bulk, bulk_rx)] {
-            let (stats, stop, gone, me, adv) = (
-                self.stats.clone(),
-                self.stop.clone(),
-                gone.clone(),
-                self.self_id,
-                self.advertise,
-            );
-            let name = match lane {
-                Lane::Control => format!("raft-send-{id}"),
-                Lane::Bulk => format!("raft-bulk-{id}"),
-            };
-            thread::Builder::new()
-                .name(name)
-                .spawn(move || send_loop(me, adv, addr, rx, stats, stop, gone))
-                .expect("spawn sender thread");
-        }
+        drop(o);
+        self.bell.ring();
     }
 
-    /// Stops talking to a peer (a removed member): frames to it are dropped from now on, its
-    /// sender thread ends and closes its connection. Unknown peers are ignored.
+    /// Stops talking to a peer (a removed member): frames to it are dropped from now on; what
+    /// was queued before is written, then its connections close. Unknown peers are ignored.
     pub fn remove_peer(&self, id: u64) {
-        if let Some(p) = self.queues.lock().expect("queues").remove(&id) {
-            p.gone.store(true, Ordering::Relaxed);
+        let mut o = self.outbox.lock().expect("outbox");
+        if let Some(p) = o.peers.remove(&id) {
+            o.retired.push((id, p));
+            drop(o);
+            self.bell.ring();
         }
     }
 
     /// The peers this transport talks to, by id.
     pub fn peers(&self) -> Vec<(u64, SocketAddr)> {
         let mut v: Vec<(u64, SocketAddr)> = self
-            .queues
+            .outbox
             .lock()
-            .expect("queues")
+            .expect("outbox")
+            .peers
             .iter()
             .map(|(id, p)| (*id, p.addr))
             .collect();
@@ -307,132 +407,908 @@ impl Transport {
     }
 
     /// Queues `f` for peer `to`; drops it (counted) if the queue is full or `to` is unknown.
-    /// The peer's sender thread encodes it: the replica loop never copies a large value into
+    /// The transport thread encodes it: the replica loop never copies a large value into
     /// frames.
     pub fn send(&self, to: u64, f: Frame) {
-        let q = self.queues.lock().expect("queues");
         let lane = Lane::of(&f);
-        let queued = q.get(&to).is_some_and(|p| {
-            match lane {
-                Lane::Control => p.control.try_send(f),
-                Lane::Bulk => p.bulk.try_send(f),
-            }
-            .is_ok()
-        });
-        if !queued {
-            // The queue was full, the sender gone, or `to` unknown.
+        let queued = {
+            let mut o = self.outbox.lock().expect("outbox");
+            // Unless the queue is full, or `to` unknown.
+            o.peers
+                .get_mut(&to)
+                .map(|p| p.queued.lane(lane))
+                .filter(|q| q.len() < SEND_QUEUE)
+                .map(|q| q.push_back(f))
+                .is_some()
+        };
+        if queued {
+            self.bell.ring();
+        } else {
             self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-fn send_loop(
-    me: u64,
-    advertise: Option<SocketAddr>,
-    addr: SocketAddr,
-    rx: Receiver<Frame>,
-    stats: Arc<TransportStats>,
-    stop: Arc<Stop>,
-    gone: Arc<AtomicBool>,
-) {
-    let mut backoff = Duration::from_millis(5);
-    let ended = || stop.is_set() || gone.load(Ordering::Relaxed);
-    // Frames taken from the queue for a connection found closed before they were written:
-    // the next connection sends them first.
-    let mut carried: Vec<u8> = Vec::new();
-    let mut carried_n = 0u64;
-    while !ended() {
-        let mut s = match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-            Ok(s) => s,
-            Err(_) => {
-                // Frames queued for an unreachable peer are stale by the time it is back.
-                let mut dropped = mem::take(&mut carried_n);
-                carried.clear();
-                while rx.try_recv().is_ok() {
-                    dropped += 1;
-                }
-                stats.frames_dropped.fetch_add(dropped, Ordering::Relaxed);
-                thread::sleep(backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
+/// An outbound connection's state.
+enum Conn {
+    /// Not connected: the next attempt is due at `retry`.
+    Down { retry: Instant },
+    /// Connecting since `since`.
+    Connecting {
+        s: TcpStream,
+        token: Token,
+        since: Instant,
+    },
+    /// Connected. `checked`: known open since the last batch was written (a new connection),
+    /// so the next batch needs no check for the peer's close.
+    Up {
+        s: TcpStream,
+        token: Token,
+        checked: bool,
+    },
+}
+
+/// A large message being written, chunk frame by chunk frame.
+struct LargeOut {
+    msg: Large,
+    /// The chunk being written, its header, and the bytes of header and piece written.
+    chunk: usize,
+    head: Vec<u8>,
+    off: usize,
+}
+
+impl LargeOut {
+    fn new(msg: Large) -> LargeOut {
+        let head = msg.chunk(0).0;
+        LargeOut {
+            msg,
+            chunk: 0,
+            head,
+            off: 0,
+        }
+    }
+
+    fn begun(&self) -> bool {
+        self.chunk > 0 || self.off > 0
+    }
+}
+
+/// One lane of one peer: its frames, in order, from queue to socket.
+struct Out {
+    queue: VecDeque<Frame>,
+    conn: Conn,
+    /// Encoded frames not yet written, from `at`: `frames` of them, after `hello` bytes of the
+    /// connection's own hello and address. A batch not begun when the connection was found
+    /// closed is carried to the next one.
+    buf: Vec<u8>,
+    at: usize,
+    frames: u64,
+    hello: usize,
+    /// A large message, written after `buf`.
+    large: Option<LargeOut>,
+    /// A large frame is being encoded off the thread: the lane waits for it (order within a
+    /// lane is kept). `stale`: the connection it was meant for broke meanwhile.
+    encoding: bool,
+    stale: bool,
+    backoff: Duration,
+    /// When the last write took bytes (or the batch began).
+    progress: Instant,
+}
+
+impl Out {
+    fn new(now: Instant) -> Out {
+        Out {
+            queue: VecDeque::new(),
+            conn: Conn::Down { retry: now },
+            buf: Vec::new(),
+            at: 0,
+            frames: 0,
+            hello: 0,
+            large: None,
+            encoding: false,
+            stale: false,
+            backoff: MIN_BACKOFF,
+            progress: now,
+        }
+    }
+
+    /// Nothing waits to be written.
+    fn idle(&self) -> bool {
+        self.queue.is_empty() && self.at == self.buf.len() && self.large.is_none() && !self.encoding
+    }
+
+    /// Drops the batch being written and the large message (counted); the queue stays.
+    fn drop_batch(&mut self, stats: &TransportStats) {
+        let n = self.frames + u64::from(self.large.is_some());
+        stats.frames_dropped.fetch_add(n, Ordering::Relaxed);
+        self.buf.clear();
+        self.at = 0;
+        self.frames = 0;
+        self.hello = 0;
+        self.large = None;
+        self.stale |= self.encoding;
+    }
+
+    /// Drops everything queued and unwritten (counted).
+    fn drop_all(&mut self, stats: &TransportStats) {
+        self.drop_batch(stats);
+        stats
+            .frames_dropped
+            .fetch_add(self.queue.len() as u64, Ordering::Relaxed);
+        self.queue.clear();
+    }
+
+    /// Closes the connection; the next attempt is due at `retry`.
+    fn close(&mut self, outbound: &mut HashMap<Token, (u64, Lane)>, poll: &Poll, retry: Instant) {
+        match mem::replace(&mut self.conn, Conn::Down { retry }) {
+            Conn::Down { .. } => {}
+            Conn::Connecting { mut s, token, .. } | Conn::Up { mut s, token, .. } => {
+                outbound.remove(&token);
+                let _ = poll.registry().deregister(&mut s);
             }
+        }
+    }
+
+    /// A connection attempt failed: what was queued is stale by the time the peer is back
+    /// (dropped, counted); the next attempt waits the backoff, which doubles.
+    fn connect_failed(
+        &mut self,
+        outbound: &mut HashMap<Token, (u64, Lane)>,
+        poll: &Poll,
+        now: Instant,
+        stats: &TransportStats,
+    ) {
+        self.drop_all(stats);
+        self.close(outbound, poll, now + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// The connection broke, or the peer closed it: a batch not begun is carried to the next
+    /// connection (without this connection's hello); one partly written is dropped (its
+    /// frames cannot be resumed on another). Reconnects at once.
+    fn broken(
+        &mut self,
+        outbound: &mut HashMap<Token, (u64, Lane)>,
+        poll: &Poll,
+        now: Instant,
+        stats: &TransportStats,
+    ) {
+        if self.at > 0 || self.large.as_ref().is_some_and(LargeOut::begun) {
+            self.drop_batch(stats);
+        } else {
+            self.buf.drain(..self.hello);
+            self.hello = 0;
+        }
+        self.close(outbound, poll, now);
+    }
+
+    /// The connection is up: it opens with the hello and the address, then what was carried.
+    fn up(&mut self, now: Instant, stats: &TransportStats, me: u64, advertise: Option<SocketAddr>) {
+        let Conn::Connecting { s, token, .. } =
+            mem::replace(&mut self.conn, Conn::Down { retry: now })
+        else {
+            unreachable!("up from connecting only");
         };
-        backoff = Duration::from_millis(5);
-        stats.connects.fetch_add(1, Ordering::Relaxed);
         let _ = s.set_nodelay(true);
-        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-        let mut batch = Vec::new();
-        wire::encode_frames(&Frame::Hello { node: me }, &mut batch);
+        stats.connects.fetch_add(1, Ordering::Relaxed);
+        self.backoff = MIN_BACKOFF;
+        assert_eq!(self.at, 0, "a carried batch was begun");
+        let mut b = Vec::with_capacity(64 + self.buf.len());
+        wire::encode_frames(&Frame::Hello { node: me }, &mut b);
         if let Some(raft) = advertise {
-            wire::encode_frames(&Frame::Advertise { raft }, &mut batch);
+            wire::encode_frames(&Frame::Advertise { raft }, &mut b);
         }
-        batch.append(&mut carried);
-        let mut n = mem::take(&mut carried_n);
-        if s.write_all(&batch).is_err() {
-            stats.frames_dropped.fetch_add(n, Ordering::Relaxed);
-            continue;
-        }
-        stats.frames_sent.fetch_add(n, Ordering::Relaxed);
-        batch.clear();
+        self.hello = b.len();
+        b.append(&mut self.buf);
+        self.buf = b;
+        self.progress = now;
+        self.conn = Conn::Up {
+            s,
+            token,
+            checked: true,
+        };
+    }
+
+    /// Writes what the connection takes: batches of queued frames, a large message a
+    /// [`TURN_BYTES`] share at a time.
+    fn flush(&mut self, now: Instant, stats: &TransportStats, me: &Encoder) -> Flushed {
+        let Conn::Up { s, checked, .. } = &mut self.conn else {
+            unreachable!("flush an open connection only");
+        };
+        let mut budget = TURN_BYTES;
+        let mut low: Option<LowPriority> = None;
         loop {
-            // A removed peer's queue is dropped with it: what was queued before the removal
-            // (the last append, which tells it of its removal) is received, written, and then
-            // the channel reports the disconnection. Checking `gone` here would lose it.
-            if stop.is_set() {
-                return;
-            }
-            let mut large = match rx.recv_timeout(IDLE_CHECK) {
-                Ok(f) => wire::encode_or_large(&f, &mut batch),
-                Err(RecvTimeoutError::Timeout) => {
-                    // Notice a peer that went away while idle, so the reconnection (and its
-                    // backoff) starts now rather than at the next frame.
-                    if peer_closed(&s) {
-                        stats.closed_found.fetch_add(1, Ordering::Relaxed);
+            if self.at == self.buf.len() && self.large.is_none() && !self.encoding {
+                // The last batch is written: gather the next.
+                self.buf.clear();
+                self.at = 0;
+                self.hello = 0;
+                while self.buf.len() < BATCH_BYTES {
+                    let Some(f) = self.queue.pop_front() else {
+                        break;
+                    };
+                    if wire::payload_hint(&f) > wire::MAX_FRAME {
+                        me.encode(f);
+                        self.encoding = true;
                         break;
                     }
+                    if let Some(msg) = wire::encode_or_large(&f, &mut self.buf) {
+                        self.large = Some(LargeOut::new(msg));
+                        break;
+                    }
+                    self.frames += 1;
+                }
+                if self.buf.is_empty() && self.large.is_none() {
+                    return Flushed::Done;
+                }
+                self.progress = now;
+                // A write into a connection the peer has closed (it crashed or restarted)
+                // succeeds locally and the bytes vanish; only the write after it fails. Check
+                // first, so the batch goes to the peer's next incarnation instead of nowhere.
+                if !mem::take(checked) && peer_closed(s) {
+                    stats.closed_found.fetch_add(1, Ordering::Relaxed);
+                    return Flushed::Broken;
+                }
+            }
+            let written = if self.at < self.buf.len() {
+                s.write(&self.buf[self.at..])
+            } else if let Some(l) = &self.large {
+                if budget == 0 {
+                    return Flushed::Again;
+                }
+                low.get_or_insert_with(LowPriority::new);
+                let piece = l.msg.piece(l.chunk);
+                if l.off < l.head.len() {
+                    s.write_vectored(&[IoSlice::new(&l.head[l.off..]), IoSlice::new(piece)])
+                } else {
+                    s.write(&piece[l.off - l.head.len()..])
+                }
+            } else {
+                // Only a frame being encoded is left: its arrival rings the thread.
+                return Flushed::Done;
+            };
+            match written {
+                Ok(0) => return Flushed::Broken,
+                Ok(n) => {
+                    self.progress = now;
+                    if self.at < self.buf.len() {
+                        self.at += n;
+                        if self.at == self.buf.len() {
+                            stats.frames_sent.fetch_add(self.frames, Ordering::Relaxed);
+                            self.frames = 0;
+                        }
+                    } else if let Some(l) = &mut self.large {
+                        budget = budget.saturating_sub(n);
+                        l.off += n;
+                        if l.off == l.head.len() + l.msg.piece(l.chunk).len() {
+                            l.chunk += 1;
+                            l.off = 0;
+                            if l.chunk == l.msg.chunks() {
+                                self.large = None;
+                                stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                l.head = l.msg.chunk(l.chunk).0;
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The peer reads slower than we write: wait for room (an event), for so
+                    // long at most.
+                    return if now.duration_since(self.progress) >= WRITE_TIMEOUT {
+                        Flushed::Broken
+                    } else {
+                        Flushed::Waiting(self.progress + WRITE_TIMEOUT)
+                    };
+                }
+                Err(_) => return Flushed::Broken,
+            }
+        }
+    }
+}
+
+/// What a flush left.
+enum Flushed {
+    /// Everything written (or waiting for a frame being encoded).
+    Done,
+    /// A large message's share for this turn is written: more next turn.
+    Again,
+    /// The socket is full: an event says when there is room; give up at this deadline.
+    Waiting(Instant),
+    /// The connection broke or the peer closed it.
+    Broken,
+}
+
+/// Encodes a lane's large frames off the transport thread.
+struct Encoder {
+    t: Arc<Transport>,
+    generation: u64,
+    lane: Lane,
+}
+
+impl Encoder {
+    /// Encodes `f` on a thread of its own, at bulk priority; the result comes back through
+    /// the outbox (a 64 MiB copy would hold every connection's frames for tens of ms).
+    fn encode(&self, f: Frame) {
+        let (t, generation, lane) = (self.t.clone(), self.generation, self.lane);
+        let work = move || {
+            let e = {
+                let _low = LowPriority::new();
+                let mut b = Vec::new();
+                match wire::encode_or_large(&f, &mut b) {
+                    Some(l) => Encoded::Large(l),
+                    None => Encoded::Small(b),
+                }
+            };
+            drop(f);
+            t.outbox
+                .lock()
+                .expect("outbox")
+                .encoded
+                .push((generation, lane, e));
+            t.bell.ring();
+        };
+        if let Err(e) = thread::Builder::new()
+            .name("raft-encode".into())
+            .spawn(work)
+        {
+            tracing::warn!("replica transport: cannot start an encoder: {e}");
+            self.t
+                .outbox
+                .lock()
+                .expect("outbox")
+                .encoded
+                .push((generation, lane, Encoded::Lost));
+        }
+    }
+}
+
+/// A peer's two lanes, for one generation of its address.
+struct PeerConns {
+    id: u64,
+    addr: SocketAddr,
+    lanes: [Out; 2],
+    /// Removed: its lanes write what they have, then close.
+    retiring: bool,
+}
+
+/// An inbound connection.
+struct In {
+    s: Stamped<TcpStream>,
+    /// Who it is (0 until its hello).
+    from: u64,
+    opened: Instant,
+    source: SocketAddr,
+    /// Bytes read and not yet parsed: `buf[lo..hi]`.
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+    re: Reassembly,
+    /// Inside a chunk stream (a large message arrives): read at bulk priority.
+    chunking: bool,
+    /// A frame the loop's queue had no room for.
+    held: Option<Inbound>,
+    /// More may be readable (edge-triggered readiness not used up).
+    more: bool,
+}
+
+/// Where an inbound connection stands after a pump.
+enum Pumped {
+    Open,
+    Closed,
+    Failed(String),
+}
+
+/// What one frame read from a connection gave.
+enum Got {
+    /// A whole frame.
+    Frame(Frame),
+    /// A chunk went into the reassembly; this is the message it completed, if any.
+    Chunk(Option<Frame>),
+}
+
+impl In {
+    /// Delivers what was held, then parses, delivers and reads (a [`TURN_BYTES`] share);
+    /// `again` is set when a share was used up with more to read.
+    fn pump(
+        &mut self,
+        deliver: &mut impl FnMut(Inbound) -> Delivery,
+        stats: &TransportStats,
+        again: &mut bool,
+    ) -> Pumped {
+        if let Some(h) = self.held.take() {
+            match deliver(h) {
+                Delivery::Taken => {}
+                Delivery::Full(h) => {
+                    self.held = Some(h);
+                    return Pumped::Open;
+                }
+                Delivery::Closed => return Pumped::Closed,
+            }
+        }
+        // Held while a large message arrives in chunks.
+        let mut low = self.chunking.then(LowPriority::new);
+        let mut budget = TURN_BYTES;
+        loop {
+            loop {
+                let got = match self.next_frame() {
+                    Ok(Some(g)) => g,
+                    Ok(None) => break,
+                    Err(e) => return Pumped::Failed(e),
+                };
+                stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                let f = match got {
+                    Got::Chunk(None) => {
+                        self.chunking = true;
+                        low.get_or_insert_with(LowPriority::new);
+                        continue;
+                    }
+                    Got::Chunk(Some(f)) => {
+                        self.chunking = false;
+                        low = None;
+                        f
+                    }
+                    Got::Frame(f) => f,
+                };
+                let f = match (self.from, f) {
+                    (0, Frame::Hello { node }) if node != 0 => {
+                        self.from = node;
+                        continue;
+                    }
+                    (0, _) => return Pumped::Failed("the first frame was not a hello".into()),
+                    (_, Frame::Chunk { .. }) => {
+                        return Pumped::Failed("a chunk frame inside a chunk stream".into())
+                    }
+                    (_, Frame::Hello { .. }) => return Pumped::Failed("a second hello".into()),
+                    (_, Frame::Advertise { mut raft }) => {
+                        // A replica listening on a wildcard address is reached at the address
+                        // it connected from.
+                        if raft.ip().is_unspecified() {
+                            raft.set_ip(self.source.ip());
+                        }
+                        Frame::Advertise { raft }
+                    }
+                    (_, f) => f,
+                };
+                if let Frame::Raft(m) = &f {
+                    if m.from != self.from {
+                        return Pumped::Failed(format!(
+                            "node {} sent a message from {}",
+                            self.from, m.from
+                        ));
+                    }
+                }
+                match deliver((self.from, f, self.s.arrived())) {
+                    Delivery::Taken => {}
+                    Delivery::Full(h) => {
+                        self.held = Some(h);
+                        return Pumped::Open;
+                    }
+                    Delivery::Closed => return Pumped::Closed,
+                }
+            }
+            if !self.more {
+                return Pumped::Open;
+            }
+            if budget == 0 {
+                *again = true;
+                return Pumped::Open;
+            }
+            self.make_room();
+            match self.s.read(&mut self.buf[self.hi..]) {
+                Ok(0) if self.lo == self.hi => return Pumped::Closed,
+                Ok(0) => return Pumped::Failed("end of stream inside a frame".into()),
+                Ok(n) => {
+                    self.hi += n;
+                    budget = budget.saturating_sub(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.more = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Pumped::Failed(e.to_string()),
+            }
+        }
+    }
+
+    /// At least [`READ_ROOM`] free after `hi` (what is unparsed moves to the front).
+    fn make_room(&mut self) {
+        if self.lo == self.hi {
+            (self.lo, self.hi) = (0, 0);
+            if !self.chunking && self.buf.len() > 4 * READ_ROOM {
+                // A large frame passed: give its buffer back.
+                self.buf = vec![0; READ_ROOM];
+            }
+        }
+        if self.buf.len() - self.hi < READ_ROOM {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            (self.lo, self.hi) = (0, self.hi - self.lo);
+        }
+        if self.buf.len() - self.hi < READ_ROOM {
+            self.buf.resize(self.hi + READ_ROOM, 0);
+        }
+    }
+
+    /// The next whole frame read, if any; a chunk goes straight into the reassembly.
+    fn next_frame(&mut self) -> Result<Option<Got>, String> {
+        let avail = &self.buf[self.lo..self.hi];
+        let Some(h) = avail.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let (kind, len, crc) = wire::decode_header(h).map_err(|e| e.to_string())?;
+        if avail.len() < HEADER_LEN + len {
+            return Ok(None);
+        }
+        let payload = &avail[HEADER_LEN..HEADER_LEN + len];
+        self.lo += HEADER_LEN + len;
+        if kind == wire::K_CHUNK {
+            if waverunner_storage::crc::crc32c(payload) != crc {
+                return Err("checksum mismatch".into());
+            }
+            let (total, offset, inner, piece) =
+                wire::split_chunk(payload).map_err(|e| e.to_string())?;
+            return self
+                .re
+                .push(total, offset, inner, piece)
+                .map(|f| Some(Got::Chunk(f)))
+                .map_err(|e| e.to_string());
+        }
+        wire::decode_payload(kind, crc, payload)
+            .map(|f| Some(Got::Frame(f)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The transport thread's state.
+struct Net<D> {
+    t: Arc<Transport>,
+    poll: Poll,
+    listener: Listener,
+    deliver: D,
+    stop: Arc<Stop>,
+    advertise: Option<SocketAddr>,
+    /// By generation.
+    peers: HashMap<u64, PeerConns>,
+    inbound: HashMap<Token, In>,
+    /// Outbound connections' tokens: (generation, lane).
+    outbound: HashMap<Token, (u64, Lane)>,
+    next_token: usize,
+    /// Work is left for the next turn: poll without sleeping.
+    again: bool,
+    /// The earliest deadline of a connection (a retry, a timeout).
+    next: Option<Instant>,
+}
+
+impl<D: FnMut(Inbound) -> Delivery> Net<D> {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(256);
+        loop {
+            if self.stop.is_set() {
+                return;
+            }
+            let now = Instant::now();
+            self.again = false;
+            self.next = None;
+            self.take_outbox(now);
+            self.drive_outbound(now);
+            self.drive_inbound(now);
+            let mut timeout = if self.again {
+                Some(Duration::ZERO)
+            } else if self.inbound.values().any(|c| c.held.is_some()) {
+                // The loop's queue was full: try again shortly.
+                Some(Duration::from_millis(1))
+            } else {
+                self.next.map(|d| d.saturating_duration_since(now))
+            };
+            self.t.bell.sleep();
+            // What was queued before the bell was armed rang nobody.
+            if !self.t.outbox.lock().expect("outbox").is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
+            let polled = self.poll.poll(&mut events, timeout);
+            self.t.bell.awake();
+            if let Err(e) = polled {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("replica transport: poll failed: {e}");
+                    return;
+                }
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    STOP => return,
+                    LISTENER => self.accept(),
+                    t => {
+                        if let Some(c) = self.inbound.get_mut(&t) {
+                            c.more = true;
+                        } else if let Some(&(generation, lane)) = self.outbound.get(&t) {
+                            self.outbound_event(generation, lane, ev.is_readable());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn token(&mut self) -> Token {
+        self.next_token += 1;
+        Token(self.next_token)
+    }
+
+    fn deadline(&mut self, at: Instant) {
+        self.next = Some(self.next.map_or(at, |n| n.min(at)));
+    }
+
+    /// Takes what other threads queued: frames, peers added and removed, encoded large frames.
+    fn take_outbox(&mut self, now: Instant) {
+        let t = self.t.clone();
+        let stats = &t.stats;
+        let mut o = t.outbox.lock().expect("outbox");
+        let o = &mut *o;
+        let take = |peers: &mut HashMap<u64, PeerConns>, id: u64, p: &mut Peer| {
+            let pc = peers.entry(p.generation).or_insert_with(|| PeerConns {
+                id,
+                addr: p.addr,
+                lanes: [Out::new(now), Out::new(now)],
+                retiring: false,
+            });
+            for lane in [Lane::Control, Lane::Bulk] {
+                let (q, out) = (p.queued.lane(lane), &mut pc.lanes[lane.index()]);
+                let room = SEND_QUEUE.saturating_sub(out.queue.len());
+                if q.len() > room {
+                    stats
+                        .frames_dropped
+                        .fetch_add((q.len() - room) as u64, Ordering::Relaxed);
+                    q.truncate(room);
+                }
+                if out.queue.is_empty() {
+                    mem::swap(&mut out.queue, q);
+                } else {
+                    out.queue.append(q);
+                }
+            }
+        };
+        for (id, p) in o.peers.iter_mut() {
+            take(&mut self.peers, *id, p);
+        }
+        for (id, mut p) in o.retired.drain(..) {
+            take(&mut self.peers, id, &mut p);
+            if let Some(pc) = self.peers.get_mut(&p.generation) {
+                pc.retiring = true;
+            }
+        }
+        for (generation, lane, e) in o.encoded.drain(..) {
+            let Some(pc) = self.peers.get_mut(&generation) else {
+                stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let out = &mut pc.lanes[lane.index()];
+            assert!(out.encoding, "an encoded frame no lane waits for");
+            out.encoding = false;
+            if mem::take(&mut out.stale) {
+                stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            match e {
+                Encoded::Small(b) => {
+                    out.buf.extend_from_slice(&b);
+                    out.frames += 1;
+                }
+                Encoded::Large(msg) => out.large = Some(LargeOut::new(msg)),
+                Encoded::Lost => {
+                    stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Moves every outbound lane on: connects, writes, times out; ends retired peers' lanes
+    /// once they wrote what they had.
+    fn drive_outbound(&mut self, now: Instant) {
+        let generations: Vec<u64> = self.peers.keys().copied().collect();
+        for generation in generations {
+            for lane in [Lane::Control, Lane::Bulk] {
+                self.drive(generation, lane, now);
+            }
+            let done = self.peers.get(&generation).is_some_and(|pc| {
+                pc.retiring
+                    && pc
+                        .lanes
+                        .iter()
+                        .all(|o| !o.encoding && (o.idle() || matches!(o.conn, Conn::Down { .. })))
+            });
+            if done {
+                let mut pc = self.peers.remove(&generation).expect("present");
+                for out in &mut pc.lanes {
+                    out.drop_all(&self.t.stats);
+                    out.close(&mut self.outbound, &self.poll, now);
+                }
+            }
+        }
+    }
+
+    fn drive(&mut self, generation: u64, lane: Lane, now: Instant) {
+        let t = self.t.clone();
+        let stats = &t.stats;
+        let Some(pc) = self.peers.get_mut(&generation) else {
+            return;
+        };
+        let (id, addr, retiring) = (pc.id, pc.addr, pc.retiring);
+        let out = &mut pc.lanes[lane.index()];
+        let mut deadline = None;
+        let mut again = false;
+        match &mut out.conn {
+            Conn::Down { .. } if retiring => {
+                // A removed peer that cannot be reached is not reconnected.
+                out.drop_all(stats);
+            }
+            Conn::Down { retry } if *retry > now => deadline = Some(*retry),
+            Conn::Down { .. } => {
+                self.next_token += 1;
+                let token = Token(self.next_token);
+                let registered = TcpStream::connect(addr).and_then(|mut s| {
+                    self.poll
+                        .registry()
+                        .register(&mut s, token, Interest::READABLE | Interest::WRITABLE)
+                        .map(|()| s)
+                });
+                match registered {
+                    Ok(s) => {
+                        self.outbound.insert(token, (generation, lane));
+                        out.conn = Conn::Connecting {
+                            s,
+                            token,
+                            since: now,
+                        };
+                        deadline = Some(now + CONNECT_TIMEOUT);
+                    }
+                    Err(_) => {
+                        out.connect_failed(&mut self.outbound, &self.poll, now, stats);
+                        deadline = Some(now + out.backoff);
+                    }
+                }
+            }
+            Conn::Connecting { since, .. } if now.duration_since(*since) >= CONNECT_TIMEOUT => {
+                tracing::debug!("replica transport: connecting to {id} at {addr} timed out");
+                out.connect_failed(&mut self.outbound, &self.poll, now, stats);
+                deadline = Some(now + out.backoff);
+            }
+            Conn::Connecting { since, .. } => deadline = Some(*since + CONNECT_TIMEOUT),
+            Conn::Up { .. } => {
+                let me = Encoder {
+                    t: t.clone(),
+                    generation,
+                    lane,
+                };
+                match out.flush(now, stats, &me) {
+                    Flushed::Done => {}
+                    Flushed::Again => again = true,
+                    Flushed::Waiting(d) => deadline = Some(d),
+                    Flushed::Broken => {
+                        out.broken(&mut self.outbound, &self.poll, now, stats);
+                        again = true;
+                    }
+                }
+            }
+        }
+        self.again |= again;
+        if let Some(d) = deadline {
+            self.deadline(d);
+        }
+    }
+
+    /// A readiness event of an outbound connection.
+    fn outbound_event(&mut self, generation: u64, lane: Lane, readable: bool) {
+        let now = Instant::now();
+        let (me, advertise) = (self.t.self_id, self.advertise);
+        let t = self.t.clone();
+        let Some(pc) = self.peers.get_mut(&generation) else {
+            return;
+        };
+        let out = &mut pc.lanes[lane.index()];
+        match &mut out.conn {
+            Conn::Connecting { s, .. } => {
+                if matches!(s.take_error(), Ok(Some(_)) | Err(_)) {
+                    out.connect_failed(&mut self.outbound, &self.poll, now, &t.stats);
+                } else if s.peer_addr().is_ok() {
+                    out.up(now, &t.stats, me, advertise);
+                }
+                // Otherwise not connected yet: a later event says.
+            }
+            // The peer never writes on our connection: readable means it closed.
+            Conn::Up { s, .. } if readable && peer_closed(s) => {
+                t.stats.closed_found.fetch_add(1, Ordering::Relaxed);
+                out.broken(&mut self.outbound, &self.poll, now, &t.stats);
+            }
+            _ => {}
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let (mut s, source) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("replica transport: accept failed: {e}");
+                    return;
+                }
+            };
+            if self.inbound.len() >= MAX_INBOUND {
+                self.t.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let token = self.token();
+            if self
+                .poll
+                .registry()
+                .register(&mut s, token, Interest::READABLE)
+                .is_err()
+            {
+                continue;
+            }
+            let _ = s.set_nodelay(true);
+            self.inbound.insert(
+                token,
+                In {
+                    s: Stamped::new(s),
+                    from: 0,
+                    opened: Instant::now(),
+                    source,
+                    buf: vec![0; READ_ROOM],
+                    lo: 0,
+                    hi: 0,
+                    re: Reassembly::default(),
+                    chunking: false,
+                    held: None,
+                    more: true,
+                },
+            );
+        }
+    }
+
+    /// Reads and delivers what inbound connections have; closes the broken ones and those
+    /// that did not say hello in time.
+    fn drive_inbound(&mut self, now: Instant) {
+        let mut closed = Vec::new();
+        let mut next = self.next;
+        for (token, c) in self.inbound.iter_mut() {
+            if c.from == 0 {
+                if now.duration_since(c.opened) >= HELLO_TIMEOUT {
+                    self.t.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("closing a replica connection: no hello in {HELLO_TIMEOUT:?}");
+                    closed.push(*token);
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
-            n = 1;
-            // Coalesce what is queued into one write (bounded); a large message ends the
-            // batch and is written after it, piece by piece.
-            while batch.len() < 4 << 20 && large.is_none() {
-                match rx.try_recv() {
-                    Ok(f) => {
-                        large = wire::encode_or_large(&f, &mut batch);
-                        n += 1;
-                    }
-                    Err(_) => break,
+                let d = c.opened + HELLO_TIMEOUT;
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+            if !c.more && c.held.is_none() {
+                continue;
+            }
+            match c.pump(&mut self.deliver, &self.t.stats, &mut self.again) {
+                Pumped::Open => {}
+                Pumped::Closed => closed.push(*token),
+                Pumped::Failed(e) => {
+                    self.t.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("closing a replica connection: {e}");
+                    closed.push(*token);
                 }
             }
-            // A write into a connection the peer has closed (it crashed or restarted) succeeds
-            // locally and the bytes vanish; only the write after it fails. Check first, so the
-            // batch goes to the peer's next incarnation instead of nowhere.
-            if peer_closed(&s) {
-                stats.closed_found.fetch_add(1, Ordering::Relaxed);
-                carried = mem::take(&mut batch);
-                if let Some(l) = &large {
-                    l.write_to(&mut carried).expect("writing to memory");
-                }
-                carried_n = n;
-                break;
+        }
+        self.next = next;
+        for token in closed {
+            if let Some(mut c) = self.inbound.remove(&token) {
+                let _ = self.poll.registry().deregister(&mut c.s.s);
             }
-            let written = s.write_all(&batch);
-            let written = written.and_then(|()| match &large {
-                Some(l) => {
-                    let _low = LowPriority::new();
-                    l.write_to(&mut s)
-                }
-                None => Ok(()),
-            });
-            if written.is_err() {
-                stats.frames_dropped.fetch_add(n, Ordering::Relaxed);
-                batch.clear();
-                break;
-            }
-            stats.frames_sent.fetch_add(n, Ordering::Relaxed);
-            batch.clear();
+        }
+    }
+}
+
+impl Lane {
+    fn index(self) -> usize {
+        match self {
+            Lane::Control => 0,
+            Lane::Bulk => 1,
         }
     }
 }
@@ -451,154 +1327,14 @@ fn peer_closed(s: &TcpStream) -> bool {
         )
     };
     if rc < 0 {
-        let e = std::io::Error::last_os_error();
+        let e = io::Error::last_os_error();
         return !matches!(
             e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
         );
     }
     // 0: end of stream. >0: the peer broke protocol by writing; treat it as closed too.
     true
-}
-
-fn accept_loop<D: Fn(Inbound) -> bool + Send + Sync + 'static>(
-    listener: TcpListener,
-    deliver: Arc<D>,
-    stats: Arc<TransportStats>,
-    stop: Arc<Stop>,
-) {
-    let open = Arc::new(AtomicUsize::new(0));
-    let _ = listener.set_nonblocking(true);
-    while !stop.is_set() {
-        let (s, _) = match listener.accept() {
-            Ok(x) => x,
-            Err(_) => {
-                stop.wait_readable(listener.as_raw_fd(), None);
-                continue;
-            }
-        };
-        if open.load(Ordering::Relaxed) >= MAX_INBOUND {
-            stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        open.fetch_add(1, Ordering::Relaxed);
-        let (deliver, stats, open) = (deliver.clone(), stats.clone(), open.clone());
-        let _ = thread::Builder::new()
-            .name("raft-recv".into())
-            .spawn(move || {
-                if let Err(e) = recv_loop(s, &*deliver, &stats) {
-                    stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("closing a replica connection: {e}");
-                }
-                open.fetch_sub(1, Ordering::Relaxed);
-            });
-    }
-}
-
-/// What one frame read from a connection gave.
-enum Got {
-    /// A whole frame.
-    Frame(Frame),
-    /// A chunk went into the reassembly; this is the message it completed, if any.
-    Chunk(Option<Frame>),
-}
-
-/// Reads one frame into `buf` (reused from frame to frame); a chunk goes straight into `re`.
-/// `None` at end of stream.
-fn read_frame(
-    s: &mut impl Read,
-    buf: &mut Vec<u8>,
-    re: &mut Reassembly,
-) -> Result<Option<Got>, String> {
-    let mut h = [0u8; HEADER_LEN];
-    match s.read_exact(&mut h) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.to_string()),
-    }
-    let (kind, len, crc) = wire::decode_header(&h).map_err(|e| e.to_string())?;
-    buf.clear();
-    let got = Read::by_ref(s)
-        .take(len as u64)
-        .read_to_end(buf)
-        .map_err(|e| e.to_string())?;
-    if got != len {
-        return Err("end of stream inside a frame".into());
-    }
-    if kind == wire::K_CHUNK {
-        if waverunner_storage::crc::crc32c(buf) != crc {
-            return Err("checksum mismatch".into());
-        }
-        let (total, offset, inner, piece) = wire::split_chunk(buf).map_err(|e| e.to_string())?;
-        return re
-            .push(total, offset, inner, piece)
-            .map(|f| Some(Got::Chunk(f)))
-            .map_err(|e| e.to_string());
-    }
-    wire::decode_payload(kind, crc, buf)
-        .map(|f| Some(Got::Frame(f)))
-        .map_err(|e| e.to_string())
-}
-
-fn recv_loop(
-    s: TcpStream,
-    deliver: &dyn Fn(Inbound) -> bool,
-    stats: &TransportStats,
-) -> Result<(), String> {
-    let _ = s.set_nodelay(true);
-    let source = s.peer_addr().ok();
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    let mut s = Stamped::new(s);
-    let mut buf = Vec::new();
-    let mut re = Reassembly::default();
-    let from = match read_frame(&mut s, &mut buf, &mut re)? {
-        Some(Got::Frame(Frame::Hello { node })) if node != 0 => node,
-        Some(_) => return Err("the first frame was not a hello".into()),
-        None => return Ok(()),
-    };
-    // Peers may be idle for long: only the hello has a deadline.
-    s.s.set_read_timeout(None).map_err(|e| e.to_string())?;
-    // Held while a large message arrives in chunks.
-    let mut low: Option<LowPriority> = None;
-    while let Some(got) = read_frame(&mut s, &mut buf, &mut re)? {
-        stats.frames_received.fetch_add(1, Ordering::Relaxed);
-        let f = match got {
-            Got::Chunk(None) => {
-                low.get_or_insert_with(LowPriority::new);
-                continue;
-            }
-            Got::Chunk(Some(f)) => {
-                low = None;
-                f
-            }
-            Got::Frame(f) => f,
-        };
-        let f = match f {
-            Frame::Chunk { .. } => return Err("a chunk frame inside a chunk stream".into()),
-            Frame::Hello { .. } => return Err("a second hello".into()),
-            Frame::Advertise { mut raft } => {
-                // A replica listening on a wildcard address is reached at the address it
-                // connected from.
-                if raft.ip().is_unspecified() {
-                    if let Some(src) = source {
-                        raft.set_ip(src.ip());
-                    }
-                }
-                Frame::Advertise { raft }
-            }
-            f => f,
-        };
-        if let Frame::Raft(m) = &f {
-            if m.from != from {
-                return Err(format!("node {from} sent a message from {}", m.from));
-            }
-        }
-        if !deliver((from, f, s.arrived())) {
-            return Ok(());
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -424,21 +424,13 @@ fn put_header(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
 
 /// Encodes `f` as one frame, or as several chunk frames when it is larger than [`MAX_FRAME`].
 pub fn encode_frames(f: &Frame, out: &mut Vec<u8>) {
-    let (kind, payload) = payload_of(f);
-    if payload.len() <= MAX_FRAME {
-        put_header(kind, &payload, out);
-        return;
+    if let Some(l) = encode_or_large(f, out) {
+        l.write_to(out).expect("writing to memory");
     }
-    for_each_chunk(kind, &payload, |head, piece| {
-        out.extend_from_slice(head);
-        out.extend_from_slice(piece);
-        Ok(())
-    })
-    .expect("writing to memory");
 }
 
-/// A message too large for one frame, encoded once, written as chunk frames by
-/// [`Large::write_to`].
+/// A message too large for one frame, encoded once, written as chunk frames
+/// ([`Large::write_to`], or one at a time with [`Large::chunk`]).
 pub struct Large {
     kind: u8,
     payload: Vec<u8>,
@@ -447,39 +439,42 @@ pub struct Large {
 impl Large {
     /// Writes the chunk frames to `w`, each piece straight from the payload.
     pub fn write_to<W: std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
-        for_each_chunk(self.kind, &self.payload, |head, piece| {
-            w.write_all(head)?;
-            w.write_all(piece)
-        })
+        for i in 0..self.chunks() {
+            let (head, piece) = self.chunk(i);
+            w.write_all(&head)?;
+            w.write_all(piece)?;
+        }
+        Ok(())
     }
-}
 
-/// Appends `f` to `out` as one frame, or, when it is larger than [`MAX_FRAME`], returns it
-/// encoded for [`Large::write_to`] (a sender writes it without copying it into a batch).
-pub fn encode_or_large(f: &Frame, out: &mut Vec<u8>) -> Option<Large> {
-    let (kind, payload) = payload_of(f);
-    if payload.len() <= MAX_FRAME {
-        put_header(kind, &payload, out);
-        return None;
+    /// How many chunk frames it takes.
+    pub fn chunks(&self) -> usize {
+        self.payload.len().div_ceil(CHUNK)
     }
-    Some(Large { kind, payload })
-}
 
-/// Calls `emit(frame header and chunk fields, piece)` for every chunk frame of a payload too
-/// large for one frame: the piece is never copied into a frame of its own.
-fn for_each_chunk(
-    kind: u8,
-    payload: &[u8],
-    mut emit: impl FnMut(&[u8], &[u8]) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    assert!(
-        payload.len() <= MAX_REASSEMBLED,
-        "message over the reassembly bound"
-    );
-    let total = payload.len() as u32;
-    for (i, piece) in payload.chunks(CHUNK).enumerate() {
+    /// The piece of chunk frame `i` (below [`Large::chunks`]).
+    pub fn piece(&self, i: usize) -> &[u8] {
+        let start = i * CHUNK;
+        &self.payload[start..(start + CHUNK).min(self.payload.len())]
+    }
+
+    /// Chunk frame `i` (below [`Large::chunks`]): its header with the chunk fields, and its
+    /// piece, never copied into a frame of its own.
+    pub fn chunk(&self, i: usize) -> (Vec<u8>, &[u8]) {
+        assert!(
+            self.payload.len() <= MAX_REASSEMBLED,
+            "message over the reassembly bound"
+        );
+        let start = i * CHUNK;
+        let piece = self.piece(i);
         let mut fields = Writer::with_capacity(CHUNK_FIELDS);
-        put_chunk_fields(&mut fields, total, (i * CHUNK) as u32, kind, piece.len());
+        put_chunk_fields(
+            &mut fields,
+            self.payload.len() as u32,
+            start as u32,
+            self.kind,
+            piece.len(),
+        );
         let fields = fields.into_inner();
         debug_assert_eq!(fields.len(), CHUNK_FIELDS);
         let mut head = Writer::with_capacity(HEADER_LEN + CHUNK_FIELDS);
@@ -490,9 +485,30 @@ fn for_each_chunk(
         head.put_u32((fields.len() + piece.len()) as u32);
         head.put_u32(crc32c_update(crc32c(&fields), piece));
         head.put_raw(&fields);
-        emit(&head.into_inner(), piece)?;
+        (head.into_inner(), piece)
     }
-    Ok(())
+}
+
+/// Appends `f` to `out` as one frame, or, when it is larger than [`MAX_FRAME`], returns it
+/// encoded for [`Large`]'s writers (a sender writes it without copying it into a batch).
+pub fn encode_or_large(f: &Frame, out: &mut Vec<u8>) -> Option<Large> {
+    let (kind, payload) = payload_of(f);
+    if payload.len() <= MAX_FRAME {
+        put_header(kind, &payload, out);
+        return None;
+    }
+    Some(Large { kind, payload })
+}
+
+/// About how many bytes `f`'s payload takes, without encoding it: whether encoding it is
+/// bulk work (a sender encodes frames above [`MAX_FRAME`] off its thread).
+pub fn payload_hint(f: &Frame) -> usize {
+    match f {
+        Frame::Raft(m) => size_hint(m),
+        Frame::Forward { command, .. } => command.len() + 32,
+        Frame::Chunk { bytes, .. } => bytes.len() + CHUNK_FIELDS,
+        _ => 64,
+    }
 }
 
 /// Bytes of a chunk frame's payload before its piece: total, offset, kind, piece length.

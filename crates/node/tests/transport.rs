@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use waverunner_node::stop::Stop;
-use waverunner_node::transport::Transport;
+use waverunner_node::transport::{Delivery, Transport};
 use waverunner_node::wire::{self, Frame, HEADER_LEN};
 
 const WAIT: Duration = Duration::from_secs(3);
@@ -96,9 +96,10 @@ fn link() -> Link {
         own,
         Some(own_addr),
         &[(2, peer_addr)],
-        |_| true,
+        |_| Delivery::Taken,
         stop.clone(),
-    );
+    )
+    .unwrap();
     let mut conns = [accept(&peer), accept(&peer)];
     t.send(2, nack(1));
     let i = find_nack(&mut conns, 1);
@@ -196,4 +197,184 @@ fn frames_queued_before_a_peer_is_removed_are_still_sent() {
         assert_eq!(c.read(&mut [0u8; 1]).expect("end of stream"), 0);
     }
     l.stop.set();
+}
+
+/// A transport (node `id`) on loopback whose deliveries go to a channel, through `gate`.
+fn receiver(
+    id: u64,
+    peers: &[(u64, SocketAddr)],
+    mut gate: impl FnMut(&(u64, Frame, Instant)) -> bool + Send + 'static,
+) -> (
+    Arc<Transport>,
+    SocketAddr,
+    std::sync::mpsc::Receiver<(u64, Frame)>,
+    Arc<Stop>,
+) {
+    let stop = Arc::new(Stop::new().unwrap());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = Transport::start(
+        id,
+        l,
+        Some(addr),
+        peers,
+        move |inb| {
+            if !gate(&inb) {
+                return Delivery::Full(inb);
+            }
+            let _ = tx.send((inb.0, inb.1));
+            Delivery::Taken
+        },
+        stop.clone(),
+    )
+    .unwrap();
+    (t, addr, rx, stop)
+}
+
+/// A raw peer connection to `addr` that said hello as `node`.
+fn raw_peer(addr: SocketAddr, node: u64) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write_frames(&mut s, &[Frame::Hello { node }]);
+    s
+}
+
+fn write_frames(s: &mut TcpStream, frames: &[Frame]) {
+    use std::io::Write;
+    let mut b = Vec::new();
+    for f in frames {
+        wire::encode_frames(f, &mut b);
+    }
+    s.write_all(&b).unwrap();
+}
+
+fn recv(rx: &std::sync::mpsc::Receiver<(u64, Frame)>) -> (u64, Frame) {
+    rx.recv_timeout(WAIT).expect("a frame delivered")
+}
+
+#[test]
+fn a_full_loop_queue_holds_one_peers_frames_and_not_the_others() {
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = open.clone();
+    // The loop's queue is "full" for node 7's frames until opened; node 9's always fit.
+    let (_t, addr, rx, stop) = receiver(1, &[], move |(from, _, _)| {
+        *from != 7 || gate.load(Ordering::SeqCst)
+    });
+    let mut held = raw_peer(addr, 7);
+    let mut other = raw_peer(addr, 9);
+    write_frames(&mut held, &(1..=50).map(nack).collect::<Vec<_>>());
+    write_frames(&mut other, &(101..=150).map(nack).collect::<Vec<_>>());
+    for req in 101..=150 {
+        match recv(&rx) {
+            (9, Frame::ForwardNack { req: r, .. }) => assert_eq!(r, req),
+            other => panic!("expected node 9's frame {req}, got {other:?}"),
+        }
+    }
+    assert!(
+        rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "a frame the loop had no room for was delivered"
+    );
+    open.store(true, Ordering::SeqCst);
+    // Held, then read on: every frame once, in order.
+    for req in 1..=50 {
+        match recv(&rx) {
+            (7, Frame::ForwardNack { req: r, .. }) => assert_eq!(r, req),
+            other => panic!("expected node 7's frame {req}, got {other:?}"),
+        }
+    }
+    stop.set();
+}
+
+#[test]
+fn garbage_closes_that_connection_only() {
+    use std::io::Write;
+    let (t, addr, rx, stop) = receiver(1, &[], |_| true);
+    let mut good = raw_peer(addr, 7);
+    let mut bad = raw_peer(addr, 8);
+    bad.write_all(&[0xAB; 64]).unwrap();
+    // The transport closes the bad connection: end of stream (or a reset) on our side.
+    bad.set_read_timeout(Some(WAIT)).unwrap();
+    assert!(!matches!(bad.read(&mut [0u8; 1]), Ok(n) if n > 0));
+    let mut nohello = TcpStream::connect(addr).unwrap();
+    write_frames(&mut nohello, &[nack(5)]);
+    nohello.set_read_timeout(Some(WAIT)).unwrap();
+    assert!(!matches!(nohello.read(&mut [0u8; 1]), Ok(n) if n > 0));
+    write_frames(&mut good, &[nack(1)]);
+    assert!(matches!(recv(&rx), (7, Frame::ForwardNack { req: 1, .. })));
+    assert!(t.stats.frames_rejected.load(Ordering::Relaxed) >= 2);
+    stop.set();
+}
+
+#[test]
+fn a_large_message_does_not_hold_the_control_lane() {
+    // Node 2 receives; node 1 sends a 64 MiB forward (bulk lane) and then small frames
+    // (control lane): the small ones arrive while the large one is still on its way, and the
+    // large one arrives whole.
+    let (rt, raddr, rx, rstop) = receiver(2, &[], |_| true);
+    let stop = Arc::new(Stop::new().unwrap());
+    let own = TcpListener::bind("127.0.0.1:0").unwrap();
+    let own_addr = own.local_addr().unwrap();
+    let t = Transport::start(
+        1,
+        own,
+        Some(own_addr),
+        &[(2, raddr)],
+        |_| Delivery::Taken,
+        stop.clone(),
+    )
+    .unwrap();
+    let command: Vec<u8> = (0..64usize << 20).map(|i| (i % 251) as u8).collect();
+    t.send(
+        2,
+        Frame::Forward {
+            req: 1,
+            client: 0,
+            seq: 0,
+            command: command.clone(),
+        },
+    );
+    // The small frames go once pieces of the large one arrive (four hellos and advertises
+    // first).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rt.stats.frames_received.load(Ordering::Relaxed) < 6 {
+        assert!(Instant::now() < deadline, "the large frame never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for req in 2..=20 {
+        t.send(2, nack(req));
+    }
+    let mut order = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while order.len() < 20 {
+        assert!(Instant::now() < deadline, "frames missing: got {order:?}");
+        match rx.recv_timeout(Duration::from_secs(30)).expect("a frame") {
+            (1, Frame::Advertise { .. }) => {}
+            (1, Frame::ForwardNack { req, .. }) => order.push(req),
+            (
+                1,
+                Frame::Forward {
+                    req, command: c, ..
+                },
+            ) => {
+                assert_eq!(req, 1);
+                assert!(c == command, "the large frame arrived changed");
+                order.push(req);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let large_at = order.iter().position(|r| *r == 1).unwrap();
+    assert!(
+        large_at > 0,
+        "the control lane waited for the large frame: {order:?}"
+    );
+    let small: Vec<u64> = order.iter().copied().filter(|r| *r != 1).collect();
+    assert_eq!(
+        small,
+        (2..=20).collect::<Vec<_>>(),
+        "control frames out of order"
+    );
+    assert_eq!(t.stats.frames_dropped.load(Ordering::Relaxed), 0);
+    stop.set();
+    rstop.set();
 }
