@@ -76,6 +76,18 @@ impl Stop {
         poll(&mut p, max) > 0 && p[0].revents != 0
     }
 
+    /// Waits until `fd` is writable (true), the flag is set, or `max` passed (`None`: no
+    /// limit). A signal that interrupts the wait ends it early; callers loop.
+    pub fn wait_writable(&self, fd: RawFd, max: Option<Duration>) -> bool {
+        let out = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        let mut p = [out, pollin(self.rd.as_raw_fd())];
+        poll(&mut p, max) > 0 && p[0].revents != 0
+    }
+
     /// A descriptor that becomes readable once the flag is set (for an event loop's poll set).
     pub fn fd(&self) -> RawFd {
         self.rd.as_raw_fd()

@@ -11,10 +11,13 @@
 //! per peer and lane, an acceptor, a receiver per inbound connection): frames the loop sends
 //! in one turn leave in one wake-up of this thread, and no sender sleeps and wakes per frame.
 //!
-//! Large messages (over [`wire::MAX_FRAME`]) are encoded on a short-lived thread at bulk
-//! priority, and written and read a bounded number of bytes per turn ([`TURN_BYTES`]), at
-//! bulk priority too: heartbeats, votes and acknowledgements on the control lane wait behind
-//! a 64 MiB value for one turn's share at most.
+//! Large messages (over [`wire::MAX_FRAME`]: a 64 MiB value) are moved by a short-lived
+//! helper thread (`raft-large`) at bulk priority, for the time they take: the lane lends it
+//! its connection to encode and write the message, an inbound connection where one starts
+//! is lent to read and reassemble it, and both come back. The transport thread stays light:
+//! when it copied and checksummed 64 MiB itself, the scheduler made it wait like any heavy
+//! thread, heartbeats and acknowledgements waited with it (a turn of 160 ms on two busy
+//! CPUs), and the leader stepped down by check-quorum.
 //!
 //! Peers come and go with membership changes: [`Transport::add_peer`] starts talking to a new
 //! member, [`Transport::remove_peer`] stops talking to a removed one (what was queued for it
@@ -31,7 +34,7 @@
 //! (split votes in the failover tests).
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::mem;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
@@ -69,13 +72,16 @@ const MIN_BACKOFF: Duration = Duration::from_millis(5);
 /// reached within this of listening again (its first messages, votes included, are lost
 /// until then).
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
-/// Bytes a connection reads, or writes of a large message, per turn of the thread before the
-/// other connections get theirs.
+/// Bytes a connection reads per turn of the thread before the other connections get theirs.
 pub const TURN_BYTES: usize = 1 << 20;
+/// A helper reading a large message gives up after this without a byte of it.
+const LARGE_IDLE: Duration = Duration::from_secs(30);
 /// Encoded frames gathered into one write, at most (a large message ends a batch).
 const BATCH_BYTES: usize = 4 << 20;
 /// Room a read asks for at least.
 const READ_ROOM: usize = 64 << 10;
+/// A turn of the transport thread longer than this is logged at debug level (target `stall`).
+const STALL: Duration = Duration::from_millis(5);
 /// Poll tokens: the bell is [`crate::clients::BELL`] (0).
 const LISTENER: Token = Token(1);
 const STOP: Token = Token(2);
@@ -274,26 +280,53 @@ struct Outbox {
     /// Peers removed (or moved to another address) with what was queued for them: written,
     /// then their connections close. Bounded by membership changes.
     retired: Vec<(u64, Peer)>,
-    /// Large frames encoded off the thread, for (generation, lane).
-    encoded: Vec<(u64, Lane, Encoded)>,
+    /// Connections a helper thread moved a large message on, handed back (one per lane and
+    /// inbound connection at most).
+    returned: Vec<Returned>,
     next_generation: u64,
 }
 
 impl Outbox {
     fn is_empty(&self) -> bool {
         self.retired.is_empty()
-            && self.encoded.is_empty()
+            && self.returned.is_empty()
             && self.peers.values().all(|p| p.queued.is_empty())
     }
 }
 
-/// A frame encoded off the thread.
-enum Encoded {
-    /// It fitted in one frame after all.
-    Small(Vec<u8>),
+/// A large message of a lane, after the frames before it.
+enum Big {
+    /// Not encoded yet.
+    Frame(Frame),
+    /// Encoded as chunk frames.
     Large(Large),
-    /// No thread could be started to encode it: dropped.
-    Lost,
+    /// Encoded as one frame after all.
+    Bytes(Vec<u8>),
+}
+
+/// How a large message lent to a helper fared.
+enum Sent {
+    Written,
+    /// The peer had closed the connection before a byte was written: the message goes on the
+    /// next connection.
+    Closed(Big),
+    /// Failed part way: dropped (counted).
+    Failed(String),
+}
+
+/// A connection handed back by a helper thread.
+enum Returned {
+    Out {
+        generation: u64,
+        lane: Lane,
+        s: TcpStream,
+        sent: Sent,
+    },
+    In {
+        token: Token,
+        c: Box<In>,
+        read: Result<(), String>,
+    },
 }
 
 /// The peers' connections of one replica. Other threads queue frames ([`Transport::send`]);
@@ -305,6 +338,7 @@ pub struct Transport {
     /// Counters.
     pub stats: Arc<TransportStats>,
     self_id: u64,
+    stop: Arc<Stop>,
 }
 
 impl Transport {
@@ -324,6 +358,7 @@ impl Transport {
             bell: Bell::new(poll.registry())?,
             stats: Arc::new(TransportStats::default()),
             self_id,
+            stop: stop.clone(),
         });
         for (id, addr) in peers {
             t.add_peer(*id, *addr);
@@ -339,10 +374,10 @@ impl Transport {
             poll,
             listener,
             deliver,
-            stop,
             advertise,
             peers: HashMap::new(),
             inbound: HashMap::new(),
+            lent_in: 0,
             outbound: HashMap::new(),
             next_token: FIRST_CONN,
             again: false,
@@ -407,8 +442,7 @@ impl Transport {
     }
 
     /// Queues `f` for peer `to`; drops it (counted) if the queue is full or `to` is unknown.
-    /// The transport thread encodes it: the replica loop never copies a large value into
-    /// frames.
+    /// The transport encodes it: the replica loop never copies a large value into frames.
     pub fn send(&self, to: u64, f: Frame) {
         let lane = Lane::of(&f);
         let queued = {
@@ -426,6 +460,12 @@ impl Transport {
         } else {
             self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Hands a connection back to the transport thread.
+    fn give_back(&self, r: Returned) {
+        self.outbox.lock().expect("outbox").returned.push(r);
+        self.bell.ring();
     }
 }
 
@@ -446,31 +486,8 @@ enum Conn {
         token: Token,
         checked: bool,
     },
-}
-
-/// A large message being written, chunk frame by chunk frame.
-struct LargeOut {
-    msg: Large,
-    /// The chunk being written, its header, and the bytes of header and piece written.
-    chunk: usize,
-    head: Vec<u8>,
-    off: usize,
-}
-
-impl LargeOut {
-    fn new(msg: Large) -> LargeOut {
-        let head = msg.chunk(0).0;
-        LargeOut {
-            msg,
-            chunk: 0,
-            head,
-            off: 0,
-        }
-    }
-
-    fn begun(&self) -> bool {
-        self.chunk > 0 || self.off > 0
-    }
+    /// Lent to a helper thread writing a large message.
+    Lent,
 }
 
 /// One lane of one peer: its frames, in order, from queue to socket.
@@ -484,12 +501,9 @@ struct Out {
     at: usize,
     frames: u64,
     hello: usize,
-    /// A large message, written after `buf`.
-    large: Option<LargeOut>,
-    /// A large frame is being encoded off the thread: the lane waits for it (order within a
-    /// lane is kept). `stale`: the connection it was meant for broke meanwhile.
-    encoding: bool,
-    stale: bool,
+    /// A large message after `buf`: once `buf` is written, the connection is lent to a helper
+    /// thread that writes it.
+    big: Option<Big>,
     backoff: Duration,
     /// When the last write took bytes (or the batch began).
     progress: Instant,
@@ -504,29 +518,29 @@ impl Out {
             at: 0,
             frames: 0,
             hello: 0,
-            large: None,
-            encoding: false,
-            stale: false,
+            big: None,
             backoff: MIN_BACKOFF,
             progress: now,
         }
     }
 
-    /// Nothing waits to be written.
+    /// Nothing waits to be written, and the connection is here.
     fn idle(&self) -> bool {
-        self.queue.is_empty() && self.at == self.buf.len() && self.large.is_none() && !self.encoding
+        self.queue.is_empty()
+            && self.at == self.buf.len()
+            && self.big.is_none()
+            && !matches!(self.conn, Conn::Lent)
     }
 
     /// Drops the batch being written and the large message (counted); the queue stays.
     fn drop_batch(&mut self, stats: &TransportStats) {
-        let n = self.frames + u64::from(self.large.is_some());
+        let n = self.frames + u64::from(self.big.is_some());
         stats.frames_dropped.fetch_add(n, Ordering::Relaxed);
         self.buf.clear();
         self.at = 0;
         self.frames = 0;
         self.hello = 0;
-        self.large = None;
-        self.stale |= self.encoding;
+        self.big = None;
     }
 
     /// Drops everything queued and unwritten (counted).
@@ -538,10 +552,15 @@ impl Out {
         self.queue.clear();
     }
 
-    /// Closes the connection; the next attempt is due at `retry`.
+    /// Closes the connection (not one lent: its helper hands it back); the next attempt is
+    /// due at `retry`.
     fn close(&mut self, outbound: &mut HashMap<Token, (u64, Lane)>, poll: &Poll, retry: Instant) {
         match mem::replace(&mut self.conn, Conn::Down { retry }) {
             Conn::Down { .. } => {}
+            Conn::Lent => {
+                debug_assert!(false, "closed a lent connection");
+                self.conn = Conn::Lent;
+            }
             Conn::Connecting { mut s, token, .. } | Conn::Up { mut s, token, .. } => {
                 outbound.remove(&token);
                 let _ = poll.registry().deregister(&mut s);
@@ -573,7 +592,7 @@ impl Out {
         now: Instant,
         stats: &TransportStats,
     ) {
-        if self.at > 0 || self.large.as_ref().is_some_and(LargeOut::begun) {
+        if self.at > 0 {
             self.drop_batch(stats);
         } else {
             self.buf.drain(..self.hello);
@@ -609,37 +628,39 @@ impl Out {
         };
     }
 
-    /// Writes what the connection takes: batches of queued frames, a large message a
-    /// [`TURN_BYTES`] share at a time.
-    fn flush(&mut self, now: Instant, stats: &TransportStats, me: &Encoder) -> Flushed {
+    /// Writes what the connection takes: batches of queued frames, up to a large message.
+    fn flush(&mut self, now: Instant, stats: &TransportStats) -> Flushed {
         let Conn::Up { s, checked, .. } = &mut self.conn else {
             unreachable!("flush an open connection only");
         };
-        let mut budget = TURN_BYTES;
-        let mut low: Option<LowPriority> = None;
         loop {
-            if self.at == self.buf.len() && self.large.is_none() && !self.encoding {
-                // The last batch is written: gather the next.
+            if self.at == self.buf.len() {
+                // The last batch is written: a large message after it, or the next batch.
                 self.buf.clear();
                 self.at = 0;
                 self.hello = 0;
+                if let Some(big) = self.big.take() {
+                    return Flushed::Lend(big);
+                }
                 while self.buf.len() < BATCH_BYTES {
                     let Some(f) = self.queue.pop_front() else {
                         break;
                     };
                     if wire::payload_hint(&f) > wire::MAX_FRAME {
-                        me.encode(f);
-                        self.encoding = true;
+                        self.big = Some(Big::Frame(f));
                         break;
                     }
-                    if let Some(msg) = wire::encode_or_large(&f, &mut self.buf) {
-                        self.large = Some(LargeOut::new(msg));
+                    if let Some(l) = wire::encode_or_large(&f, &mut self.buf) {
+                        self.big = Some(Big::Large(l));
                         break;
                     }
                     self.frames += 1;
                 }
-                if self.buf.is_empty() && self.large.is_none() {
-                    return Flushed::Done;
+                if self.buf.is_empty() {
+                    match self.big.take() {
+                        Some(big) => return Flushed::Lend(big),
+                        None => return Flushed::Done,
+                    }
                 }
                 self.progress = now;
                 // A write into a connection the peer has closed (it crashed or restarted)
@@ -650,46 +671,14 @@ impl Out {
                     return Flushed::Broken;
                 }
             }
-            let written = if self.at < self.buf.len() {
-                s.write(&self.buf[self.at..])
-            } else if let Some(l) = &self.large {
-                if budget == 0 {
-                    return Flushed::Again;
-                }
-                low.get_or_insert_with(LowPriority::new);
-                let piece = l.msg.piece(l.chunk);
-                if l.off < l.head.len() {
-                    s.write_vectored(&[IoSlice::new(&l.head[l.off..]), IoSlice::new(piece)])
-                } else {
-                    s.write(&piece[l.off - l.head.len()..])
-                }
-            } else {
-                // Only a frame being encoded is left: its arrival rings the thread.
-                return Flushed::Done;
-            };
-            match written {
+            match s.write(&self.buf[self.at..]) {
                 Ok(0) => return Flushed::Broken,
                 Ok(n) => {
                     self.progress = now;
-                    if self.at < self.buf.len() {
-                        self.at += n;
-                        if self.at == self.buf.len() {
-                            stats.frames_sent.fetch_add(self.frames, Ordering::Relaxed);
-                            self.frames = 0;
-                        }
-                    } else if let Some(l) = &mut self.large {
-                        budget = budget.saturating_sub(n);
-                        l.off += n;
-                        if l.off == l.head.len() + l.msg.piece(l.chunk).len() {
-                            l.chunk += 1;
-                            l.off = 0;
-                            if l.chunk == l.msg.chunks() {
-                                self.large = None;
-                                stats.frames_sent.fetch_add(1, Ordering::Relaxed);
-                            } else {
-                                l.head = l.msg.chunk(l.chunk).0;
-                            }
-                        }
+                    self.at += n;
+                    if self.at == self.buf.len() {
+                        stats.frames_sent.fetch_add(self.frames, Ordering::Relaxed);
+                        self.frames = 0;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -710,58 +699,65 @@ impl Out {
 
 /// What a flush left.
 enum Flushed {
-    /// Everything written (or waiting for a frame being encoded).
+    /// Everything written.
     Done,
-    /// A large message's share for this turn is written: more next turn.
-    Again,
     /// The socket is full: an event says when there is room; give up at this deadline.
     Waiting(Instant),
     /// The connection broke or the peer closed it.
     Broken,
+    /// What is left starts with a large message: lend the connection to a helper.
+    Lend(Big),
 }
 
-/// Encodes a lane's large frames off the transport thread.
-struct Encoder {
-    t: Arc<Transport>,
-    generation: u64,
-    lane: Lane,
+/// A helper thread's work on a lent outbound connection: encodes a large message and writes
+/// it, at bulk priority.
+fn write_large(t: &Transport, s: &TcpStream, big: Big) -> Sent {
+    let _low = LowPriority::new();
+    let big = match big {
+        Big::Frame(f) => {
+            let mut b = Vec::new();
+            match wire::encode_or_large(&f, &mut b) {
+                Some(l) => Big::Large(l),
+                None => Big::Bytes(b),
+            }
+        }
+        encoded => encoded,
+    };
+    if peer_closed(s) {
+        return Sent::Closed(big);
+    }
+    let written = match &big {
+        Big::Large(l) => (0..l.chunks()).try_for_each(|i| {
+            let (head, piece) = l.chunk(i);
+            write_all(&t.stop, s, &head)?;
+            write_all(&t.stop, s, piece)
+        }),
+        Big::Bytes(b) => write_all(&t.stop, s, b),
+        Big::Frame(_) => unreachable!("encoded above"),
+    };
+    match written {
+        Ok(()) => Sent::Written,
+        Err(e) => Sent::Failed(e.to_string()),
+    }
 }
 
-impl Encoder {
-    /// Encodes `f` on a thread of its own, at bulk priority; the result comes back through
-    /// the outbox (a 64 MiB copy would hold every connection's frames for tens of ms).
-    fn encode(&self, f: Frame) {
-        let (t, generation, lane) = (self.t.clone(), self.generation, self.lane);
-        let work = move || {
-            let e = {
-                let _low = LowPriority::new();
-                let mut b = Vec::new();
-                match wire::encode_or_large(&f, &mut b) {
-                    Some(l) => Encoded::Large(l),
-                    None => Encoded::Small(b),
+/// Writes all of `b` into a non-blocking socket, waiting for room ([`WRITE_TIMEOUT`] without
+/// progress at most, or until the stop).
+fn write_all(stop: &Stop, mut s: &TcpStream, mut b: &[u8]) -> io::Result<()> {
+    while !b.is_empty() {
+        match s.write(b) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !stop.wait_writable(s.as_raw_fd(), Some(WRITE_TIMEOUT)) {
+                    return Err(io::ErrorKind::TimedOut.into());
                 }
-            };
-            drop(f);
-            t.outbox
-                .lock()
-                .expect("outbox")
-                .encoded
-                .push((generation, lane, e));
-            t.bell.ring();
-        };
-        if let Err(e) = thread::Builder::new()
-            .name("raft-encode".into())
-            .spawn(work)
-        {
-            tracing::warn!("replica transport: cannot start an encoder: {e}");
-            self.t
-                .outbox
-                .lock()
-                .expect("outbox")
-                .encoded
-                .push((generation, lane, Encoded::Lost));
+            }
+            Err(e) => return Err(e),
         }
     }
+    Ok(())
 }
 
 /// A peer's two lanes, for one generation of its address.
@@ -785,8 +781,11 @@ struct In {
     lo: usize,
     hi: usize,
     re: Reassembly,
-    /// Inside a chunk stream (a large message arrives): read at bulk priority.
+    /// Inside a chunk stream (a large message arrives).
     chunking: bool,
+    /// A large message a helper reassembled, and when its last bytes came: not checked nor
+    /// delivered yet.
+    completed: Option<(Frame, Instant)>,
     /// A frame the loop's queue had no room for.
     held: Option<Inbound>,
     /// More may be readable (edge-triggered readiness not used up).
@@ -798,6 +797,8 @@ enum Pumped {
     Open,
     Closed,
     Failed(String),
+    /// A large message started: lend the connection to a helper.
+    Lend,
 }
 
 /// What one frame read from a connection gave.
@@ -827,8 +828,11 @@ impl In {
                 Delivery::Closed => return Pumped::Closed,
             }
         }
-        // Held while a large message arrives in chunks.
-        let mut low = self.chunking.then(LowPriority::new);
+        if let Some((f, at)) = self.completed.take() {
+            if let Some(p) = self.offer(f, at, deliver) {
+                return p;
+            }
+        }
         let mut budget = TURN_BYTES;
         loop {
             loop {
@@ -839,53 +843,19 @@ impl In {
                 };
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
                 let f = match got {
-                    Got::Chunk(None) => {
-                        self.chunking = true;
-                        low.get_or_insert_with(LowPriority::new);
-                        continue;
+                    Got::Chunk(None) if !mem::replace(&mut self.chunking, true) => {
+                        return Pumped::Lend;
                     }
+                    Got::Chunk(None) => continue,
                     Got::Chunk(Some(f)) => {
                         self.chunking = false;
-                        low = None;
                         f
                     }
                     Got::Frame(f) => f,
                 };
-                let f = match (self.from, f) {
-                    (0, Frame::Hello { node }) if node != 0 => {
-                        self.from = node;
-                        continue;
-                    }
-                    (0, _) => return Pumped::Failed("the first frame was not a hello".into()),
-                    (_, Frame::Chunk { .. }) => {
-                        return Pumped::Failed("a chunk frame inside a chunk stream".into())
-                    }
-                    (_, Frame::Hello { .. }) => return Pumped::Failed("a second hello".into()),
-                    (_, Frame::Advertise { mut raft }) => {
-                        // A replica listening on a wildcard address is reached at the address
-                        // it connected from.
-                        if raft.ip().is_unspecified() {
-                            raft.set_ip(self.source.ip());
-                        }
-                        Frame::Advertise { raft }
-                    }
-                    (_, f) => f,
-                };
-                if let Frame::Raft(m) = &f {
-                    if m.from != self.from {
-                        return Pumped::Failed(format!(
-                            "node {} sent a message from {}",
-                            self.from, m.from
-                        ));
-                    }
-                }
-                match deliver((self.from, f, self.s.arrived())) {
-                    Delivery::Taken => {}
-                    Delivery::Full(h) => {
-                        self.held = Some(h);
-                        return Pumped::Open;
-                    }
-                    Delivery::Closed => return Pumped::Closed,
+                let at = self.s.arrived();
+                if let Some(p) = self.offer(f, at, deliver) {
+                    return p;
                 }
             }
             if !self.more {
@@ -908,6 +878,96 @@ impl In {
                 Err(e) => return Pumped::Failed(e.to_string()),
             }
         }
+    }
+
+    /// Checks a frame and hands it to the replica; `None` to go on.
+    fn offer(
+        &mut self,
+        f: Frame,
+        at: Instant,
+        deliver: &mut impl FnMut(Inbound) -> Delivery,
+    ) -> Option<Pumped> {
+        let f = match (self.from, f) {
+            (0, Frame::Hello { node }) if node != 0 => {
+                self.from = node;
+                return None;
+            }
+            (0, _) => return Some(Pumped::Failed("the first frame was not a hello".into())),
+            (_, Frame::Chunk { .. }) => {
+                return Some(Pumped::Failed("a chunk frame inside a chunk stream".into()))
+            }
+            (_, Frame::Hello { .. }) => return Some(Pumped::Failed("a second hello".into())),
+            (_, Frame::Advertise { mut raft }) => {
+                // A replica listening on a wildcard address is reached at the address it
+                // connected from.
+                if raft.ip().is_unspecified() {
+                    raft.set_ip(self.source.ip());
+                }
+                Frame::Advertise { raft }
+            }
+            (_, f) => f,
+        };
+        if let Frame::Raft(m) = &f {
+            if m.from != self.from {
+                return Some(Pumped::Failed(format!(
+                    "node {} sent a message from {}",
+                    self.from, m.from
+                )));
+            }
+        }
+        match deliver((self.from, f, at)) {
+            Delivery::Taken => None,
+            Delivery::Full(h) => {
+                self.held = Some(h);
+                Some(Pumped::Open)
+            }
+            Delivery::Closed => Some(Pumped::Closed),
+        }
+    }
+
+    /// A helper thread's work on a lent inbound connection: reads the rest of a large
+    /// message's chunks at bulk priority, until the message is whole (then `completed`) or a
+    /// frame of another kind is next.
+    fn read_large(&mut self, t: &Transport) -> Result<(), String> {
+        let _low = LowPriority::new();
+        loop {
+            while self.next_kind() == Some(wire::K_CHUNK) {
+                match self.next_frame()? {
+                    None => break,
+                    Some(Got::Chunk(done)) => {
+                        t.stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                        if let Some(f) = done {
+                            self.chunking = false;
+                            self.completed = Some((f, self.s.arrived()));
+                            return Ok(());
+                        }
+                    }
+                    Some(Got::Frame(_)) => unreachable!("a chunk's kind"),
+                }
+            }
+            if self.next_kind().is_some_and(|k| k != wire::K_CHUNK) {
+                return Ok(());
+            }
+            self.make_room();
+            match self.s.read(&mut self.buf[self.hi..]) {
+                Ok(0) => return Err("end of stream inside a large message".into()),
+                Ok(n) => self.hi += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !t.stop.wait_readable(self.s.s.as_raw_fd(), Some(LARGE_IDLE)) {
+                        return Err(format!("no bytes of a large message for {LARGE_IDLE:?}"));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// The kind of the next frame, once its header is read.
+    fn next_kind(&self) -> Option<u8> {
+        self.buf[self.lo..self.hi]
+            .first_chunk::<HEADER_LEN>()
+            .map(|h| h[wire::KIND_AT])
     }
 
     /// At least [`READ_ROOM`] free after `hi` (what is unparsed moves to the front).
@@ -964,11 +1024,12 @@ struct Net<D> {
     poll: Poll,
     listener: Listener,
     deliver: D,
-    stop: Arc<Stop>,
     advertise: Option<SocketAddr>,
     /// By generation.
     peers: HashMap<u64, PeerConns>,
     inbound: HashMap<Token, In>,
+    /// Inbound connections lent to helpers (they count against [`MAX_INBOUND`]).
+    lent_in: usize,
     /// Outbound connections' tokens: (generation, lane).
     outbound: HashMap<Token, (u64, Lane)>,
     next_token: usize,
@@ -982,15 +1043,29 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
     fn run(&mut self) {
         let mut events = Events::with_capacity(256);
         loop {
-            if self.stop.is_set() {
+            if self.t.stop.is_set() {
                 return;
             }
             let now = Instant::now();
             self.again = false;
             self.next = None;
             self.take_outbox(now);
+            let taken = Instant::now();
             self.drive_outbound(now);
+            let written = Instant::now();
             self.drive_inbound(now);
+            let read = Instant::now();
+            if read.duration_since(now) > STALL {
+                tracing::debug!(
+                    target: "stall",
+                    "node {}: a transport turn took {} µs (outbox {}, writes {}, reads {})",
+                    self.t.self_id,
+                    read.duration_since(now).as_micros(),
+                    taken.duration_since(now).as_micros(),
+                    written.duration_since(taken).as_micros(),
+                    read.duration_since(written).as_micros()
+                );
+            }
             let mut timeout = if self.again {
                 Some(Duration::ZERO)
             } else if self.inbound.values().any(|c| c.held.is_some()) {
@@ -1037,12 +1112,13 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
         self.next = Some(self.next.map_or(at, |n| n.min(at)));
     }
 
-    /// Takes what other threads queued: frames, peers added and removed, encoded large frames.
+    /// Takes what other threads queued: frames, peers added and removed, connections handed
+    /// back by helpers.
     fn take_outbox(&mut self, now: Instant) {
         let t = self.t.clone();
         let stats = &t.stats;
-        let mut o = t.outbox.lock().expect("outbox");
-        let o = &mut *o;
+        let mut guard = t.outbox.lock().expect("outbox");
+        let o = &mut *guard;
         let take = |peers: &mut HashMap<u64, PeerConns>, id: u64, p: &mut Peer| {
             let pc = peers.entry(p.generation).or_insert_with(|| PeerConns {
                 id,
@@ -1075,29 +1151,85 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                 pc.retiring = true;
             }
         }
-        for (generation, lane, e) in o.encoded.drain(..) {
-            let Some(pc) = self.peers.get_mut(&generation) else {
-                stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let out = &mut pc.lanes[lane.index()];
-            assert!(out.encoding, "an encoded frame no lane waits for");
-            out.encoding = false;
-            if mem::take(&mut out.stale) {
-                stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            match e {
-                Encoded::Small(b) => {
-                    out.buf.extend_from_slice(&b);
-                    out.frames += 1;
-                }
-                Encoded::Large(msg) => out.large = Some(LargeOut::new(msg)),
-                Encoded::Lost => {
-                    stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+        let returned = mem::take(&mut o.returned);
+        drop(guard);
+        for r in returned {
+            match r {
+                Returned::Out {
+                    generation,
+                    lane,
+                    s,
+                    sent,
+                } => self.returned_out(generation, lane, s, sent, now),
+                Returned::In { token, mut c, read } => {
+                    self.lent_in -= 1;
+                    match read {
+                        Ok(()) => {
+                            // Readiness may have come and gone while it was away.
+                            c.more = true;
+                            self.inbound.insert(token, *c);
+                        }
+                        Err(e) => {
+                            stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!("closing a replica connection: {e}");
+                            let _ = self.poll.registry().deregister(&mut c.s.s);
+                        }
+                    }
                 }
             }
         }
+    }
+
+    /// An outbound connection a helper wrote a large message on, back.
+    fn returned_out(
+        &mut self,
+        generation: u64,
+        lane: Lane,
+        mut s: TcpStream,
+        sent: Sent,
+        now: Instant,
+    ) {
+        let stats = &self.t.stats;
+        let token = self
+            .outbound
+            .iter()
+            .find(|(_, v)| **v == (generation, lane))
+            .map(|(k, _)| *k);
+        let (Some(pc), Some(token)) = (self.peers.get_mut(&generation), token) else {
+            let _ = self.poll.registry().deregister(&mut s);
+            return;
+        };
+        let out = &mut pc.lanes[lane.index()];
+        assert!(
+            matches!(out.conn, Conn::Lent),
+            "a connection returned twice"
+        );
+        match sent {
+            Sent::Written => {
+                stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+                out.conn = Conn::Up {
+                    s,
+                    token,
+                    checked: false,
+                };
+                return;
+            }
+            Sent::Closed(big) => {
+                stats.closed_found.fetch_add(1, Ordering::Relaxed);
+                debug_assert!(out.big.is_none() && out.buf.is_empty());
+                out.big = Some(big);
+            }
+            Sent::Failed(e) => {
+                stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    "replica transport: a large message to {} failed: {e}",
+                    pc.id
+                );
+            }
+        }
+        self.outbound.remove(&token);
+        let _ = self.poll.registry().deregister(&mut s);
+        out.conn = Conn::Down { retry: now };
     }
 
     /// Moves every outbound lane on: connects, writes, times out; ends retired peers' lanes
@@ -1113,7 +1245,7 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                     && pc
                         .lanes
                         .iter()
-                        .all(|o| !o.encoding && (o.idle() || matches!(o.conn, Conn::Down { .. })))
+                        .all(|o| o.idle() || matches!(o.conn, Conn::Down { .. }))
             });
             if done {
                 let mut pc = self.peers.remove(&generation).expect("present");
@@ -1134,8 +1266,8 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
         let (id, addr, retiring) = (pc.id, pc.addr, pc.retiring);
         let out = &mut pc.lanes[lane.index()];
         let mut deadline = None;
-        let mut again = false;
         match &mut out.conn {
+            Conn::Lent => {}
             Conn::Down { .. } if retiring => {
                 // A removed peer that cannot be reached is not reconnected.
                 out.drop_all(stats);
@@ -1172,24 +1304,40 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                 deadline = Some(now + out.backoff);
             }
             Conn::Connecting { since, .. } => deadline = Some(*since + CONNECT_TIMEOUT),
-            Conn::Up { .. } => {
-                let me = Encoder {
-                    t: t.clone(),
-                    generation,
-                    lane,
-                };
-                match out.flush(now, stats, &me) {
-                    Flushed::Done => {}
-                    Flushed::Again => again = true,
-                    Flushed::Waiting(d) => deadline = Some(d),
-                    Flushed::Broken => {
-                        out.broken(&mut self.outbound, &self.poll, now, stats);
-                        again = true;
+            Conn::Up { .. } => match out.flush(now, stats) {
+                Flushed::Done => {}
+                Flushed::Waiting(d) => deadline = Some(d),
+                Flushed::Broken => {
+                    out.broken(&mut self.outbound, &self.poll, now, stats);
+                    self.again = true;
+                }
+                Flushed::Lend(big) => {
+                    let Conn::Up { s, .. } = mem::replace(&mut out.conn, Conn::Lent) else {
+                        unreachable!("flushed an open connection");
+                    };
+                    let helper = t.clone();
+                    let spawned =
+                        thread::Builder::new()
+                            .name("raft-large".into())
+                            .spawn(move || {
+                                let sent = write_large(&helper, &s, big);
+                                helper.give_back(Returned::Out {
+                                    generation,
+                                    lane,
+                                    s,
+                                    sent,
+                                });
+                            });
+                    if let Err(e) = spawned {
+                        // The connection and the message went with the closure.
+                        tracing::warn!("replica transport: cannot start a helper: {e}");
+                        stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                        self.outbound.retain(|_, v| *v != (generation, lane));
+                        out.conn = Conn::Down { retry: now };
                     }
                 }
-            }
+            },
         }
-        self.again |= again;
         if let Some(d) = deadline {
             self.deadline(d);
         }
@@ -1233,7 +1381,7 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                     return;
                 }
             };
-            if self.inbound.len() >= MAX_INBOUND {
+            if self.inbound.len() + self.lent_in >= MAX_INBOUND {
                 self.t.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -1259,6 +1407,7 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                     hi: 0,
                     re: Reassembly::default(),
                     chunking: false,
+                    completed: None,
                     held: None,
                     more: true,
                 },
@@ -1267,9 +1416,10 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
     }
 
     /// Reads and delivers what inbound connections have; closes the broken ones and those
-    /// that did not say hello in time.
+    /// that did not say hello in time; lends those where a large message starts.
     fn drive_inbound(&mut self, now: Instant) {
         let mut closed = Vec::new();
+        let mut lend = Vec::new();
         let mut next = self.next;
         for (token, c) in self.inbound.iter_mut() {
             if c.from == 0 {
@@ -1282,11 +1432,12 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                 let d = c.opened + HELLO_TIMEOUT;
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
-            if !c.more && c.held.is_none() {
+            if !c.more && c.held.is_none() && c.completed.is_none() {
                 continue;
             }
             match c.pump(&mut self.deliver, &self.t.stats, &mut self.again) {
                 Pumped::Open => {}
+                Pumped::Lend => lend.push(*token),
                 Pumped::Closed => closed.push(*token),
                 Pumped::Failed(e) => {
                     self.t.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
@@ -1299,6 +1450,25 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
         for token in closed {
             if let Some(mut c) = self.inbound.remove(&token) {
                 let _ = self.poll.registry().deregister(&mut c.s.s);
+            }
+        }
+        for token in lend {
+            let c = Box::new(self.inbound.remove(&token).expect("present"));
+            let helper = self.t.clone();
+            let spawned = thread::Builder::new()
+                .name("raft-large".into())
+                .spawn(move || {
+                    let mut c = c;
+                    let read = c.read_large(&helper);
+                    helper.give_back(Returned::In { token, c, read });
+                });
+            match spawned {
+                Ok(_) => self.lent_in += 1,
+                Err(e) => {
+                    // The connection went with the closure: closed.
+                    tracing::warn!("replica transport: cannot start a helper: {e}");
+                    self.t.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }

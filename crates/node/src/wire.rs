@@ -17,6 +17,8 @@ pub const MAGIC: u32 = 0x5054_5257;
 pub const VERSION: u8 = 1;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 16;
+/// Where a frame's kind sits in its header (after the magic and the version).
+pub const KIND_AT: usize = 5;
 /// Largest payload of one frame.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Payload bytes per chunk of a large message.

@@ -199,17 +199,20 @@ fn frames_queued_before_a_peer_is_removed_are_still_sent() {
     l.stop.set();
 }
 
+/// A receiving transport, where it listens, what it delivered, and its stop.
+type Receiver = (
+    Arc<Transport>,
+    SocketAddr,
+    std::sync::mpsc::Receiver<(u64, Frame)>,
+    Arc<Stop>,
+);
+
 /// A transport (node `id`) on loopback whose deliveries go to a channel, through `gate`.
 fn receiver(
     id: u64,
     peers: &[(u64, SocketAddr)],
     mut gate: impl FnMut(&(u64, Frame, Instant)) -> bool + Send + 'static,
-) -> (
-    Arc<Transport>,
-    SocketAddr,
-    std::sync::mpsc::Receiver<(u64, Frame)>,
-    Arc<Stop>,
-) {
+) -> Receiver {
     let stop = Arc::new(Stop::new().unwrap());
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();

@@ -398,7 +398,10 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log"))
             .stderr(log)
-            .env("WAVERUNNER_LOG", "info")
+            .env(
+                "WAVERUNNER_LOG",
+                std::env::var("WAVERUNNER_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env("RUST_BACKTRACE", "1");
         // SAFETY: prctl is async-signal-safe. The replica dies with the test process even if
         // the test process is killed before it can clean up.
