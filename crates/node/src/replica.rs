@@ -816,6 +816,20 @@ impl<S: StateMachine> Replica<S> {
         rx: &Receiver<Event>,
         backlog: &mut VecDeque<Event>,
     ) -> Result<(), Fatal> {
+        // Again while stepping a frame held the loop past the next tick: the ticks of that
+        // hold are counted in step with the frames that came during it.
+        while self.count_ticks_once(tick, rx, backlog)? {}
+        Ok(())
+    }
+
+    /// One replay of the ticks due; true if a frame stepped in it held the loop past the next
+    /// tick (the ticks since are due, with the frames that came meanwhile).
+    fn count_ticks_once(
+        &mut self,
+        tick: Duration,
+        rx: &Receiver<Event>,
+        backlog: &mut VecDeque<Event>,
+    ) -> Result<bool, Fatal> {
         let epoch = self.epoch;
         let at = |t: Instant| t.saturating_duration_since(epoch);
         let now = Instant::now();
@@ -824,7 +838,7 @@ impl<S: StateMachine> Replica<S> {
         let Some((mut replay, missed, next)) =
             Replay::due(at(self.next_tick), at(now), tick, self.cfg.election_ticks)
         else {
-            return Ok(());
+            return Ok(false);
         };
         // Appends the data plane took while this loop was starved are on the ring: feed them
         // first, so a follower's election timer counts from the last one it really got rather
@@ -847,6 +861,7 @@ impl<S: StateMachine> Replica<S> {
         // in the queue behind a busy loop (a follower's held appends waited 50-130 ms under a
         // write flood, and it timed out a live leader). They prove who was alive when they
         // came, so they are stepped before the ticks that passed after their arrival.
+        let mut overran = false;
         while backlog.len() < EVENT_QUEUE {
             let Ok(ev) = rx.try_recv() else { break };
             match ev.arrived() {
@@ -855,6 +870,15 @@ impl<S: StateMachine> Replica<S> {
                         self.raft.tick();
                     }
                     self.on_event(ev);
+                    // Stepping it held the loop past the next tick (a 64 MiB forwarded value
+                    // proposed): the frames queued behind it came during the hold, after
+                    // ticks this replay does not count. Stepped now, before those ticks, they
+                    // left a leader's check-quorum a whole window without its followers'
+                    // answers when the ticks were counted next, and it stepped down.
+                    if Instant::now() >= epoch + next {
+                        overran = true;
+                        break;
+                    }
                 }
                 None => backlog.push_back(ev),
             }
@@ -870,7 +894,8 @@ impl<S: StateMachine> Replica<S> {
         // when the next event or tick wakes this loop. Left for the next wake-up, an idle
         // replica's vote requests waited a tick, and two survivors of a crashed leader woke
         // each other with them at the same instant: split votes.
-        self.drive_for(Some(DRIVE_SLICE))
+        self.drive_for(Some(DRIVE_SLICE))?;
+        Ok(overran)
     }
 
     /// Runs until shutdown or a fatal error: takes what other threads queued, the client

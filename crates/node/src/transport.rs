@@ -445,6 +445,7 @@ impl Transport {
     /// The transport encodes it: the replica loop never copies a large value into frames.
     pub fn send(&self, to: u64, f: Frame) {
         let lane = Lane::of(&f);
+
         let queued = {
             let mut o = self.outbox.lock().expect("outbox");
             // Unless the queue is full, or `to` unknown.
