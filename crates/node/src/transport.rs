@@ -11,8 +11,9 @@
 //! per peer and lane, an acceptor, a receiver per inbound connection): frames the loop sends
 //! in one turn leave in one wake-up of this thread, and no sender sleeps and wakes per frame.
 //!
-//! Large messages (over [`wire::MAX_FRAME`]: a 64 MiB value) are moved by a short-lived
-//! helper thread (`raft-large`) at bulk priority, for the time they take: the lane lends it
+//! Large messages (over [`wire::MAX_FRAME`]: a 64 MiB value) and snapshot pieces (read from
+//! the snapshot file's mapping) are moved by a short-lived helper thread (`raft-large`) at
+//! bulk priority, for the time they take: the lane lends it
 //! its connection to encode and write the message, an inbound connection where one starts
 //! is lent to read and reassemble it, and both come back. The transport thread stays light:
 //! when it copied and checksummed 64 MiB itself, the scheduler made it wait like any heavy
@@ -647,7 +648,7 @@ impl Out {
                     let Some(f) = self.queue.pop_front() else {
                         break;
                     };
-                    if wire::payload_hint(&f) > wire::MAX_FRAME {
+                    if heavy(&f) {
                         self.big = Some(Big::Frame(f));
                         break;
                     }
@@ -708,6 +709,14 @@ enum Flushed {
     Broken,
     /// What is left starts with a large message: lend the connection to a helper.
     Lend(Big),
+}
+
+/// Whether encoding `f` is bulk work for a helper: a large message (a 64 MiB value), or a
+/// snapshot piece, whose bytes are read from the snapshot file's mapping (page faults, maybe
+/// disk reads) as they are encoded.
+fn heavy(f: &Frame) -> bool {
+    wire::payload_hint(f) > wire::MAX_FRAME
+        || matches!(f, Frame::Raft(m) if matches!(m.body, MessageBody::InstallSnapshot { .. }))
 }
 
 /// A helper thread's work on a lent outbound connection: encodes a large message and writes
