@@ -86,20 +86,9 @@ struct Link {
 }
 
 fn link() -> Link {
-    let stop = Arc::new(Stop::new().unwrap());
-    let own = TcpListener::bind("127.0.0.1:0").unwrap();
-    let own_addr = own.local_addr().unwrap();
     let peer = TcpListener::bind("127.0.0.1:0").unwrap();
     let peer_addr: SocketAddr = peer.local_addr().unwrap();
-    let t = Transport::start(
-        1,
-        own,
-        Some(own_addr),
-        &[(2, peer_addr)],
-        |_| Delivery::Taken,
-        stop.clone(),
-    )
-    .unwrap();
+    let (t, stop) = sender(peer_addr);
     let mut conns = [accept(&peer), accept(&peer)];
     t.send(2, nack(1));
     let i = find_nack(&mut conns, 1);
@@ -235,6 +224,23 @@ fn receiver(
     (t, addr, rx, stop)
 }
 
+/// A transport (node 1) that talks to node 2 at `peer`, and its stop.
+fn sender(peer: SocketAddr) -> (Arc<Transport>, Arc<Stop>) {
+    let stop = Arc::new(Stop::new().unwrap());
+    let own = TcpListener::bind("127.0.0.1:0").unwrap();
+    let own_addr = own.local_addr().unwrap();
+    let t = Transport::start(
+        1,
+        own,
+        Some(own_addr),
+        &[(2, peer)],
+        |_| Delivery::Taken,
+        stop.clone(),
+    )
+    .unwrap();
+    (t, stop)
+}
+
 /// A raw peer connection to `addr` that said hello as `node`.
 fn raw_peer(addr: SocketAddr, node: u64) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -314,18 +320,7 @@ fn a_large_message_does_not_hold_the_control_lane() {
     // (control lane): the small ones arrive while the large one is still on its way, and the
     // large one arrives whole.
     let (rt, raddr, rx, rstop) = receiver(2, &[], |_| true);
-    let stop = Arc::new(Stop::new().unwrap());
-    let own = TcpListener::bind("127.0.0.1:0").unwrap();
-    let own_addr = own.local_addr().unwrap();
-    let t = Transport::start(
-        1,
-        own,
-        Some(own_addr),
-        &[(2, raddr)],
-        |_| Delivery::Taken,
-        stop.clone(),
-    )
-    .unwrap();
+    let (t, stop) = sender(raddr);
     let command: Vec<u8> = (0..64usize << 20).map(|i| (i % 251) as u8).collect();
     t.send(
         2,
@@ -388,18 +383,7 @@ fn snapshot_pieces_go_through_a_helper_in_order_with_the_lane() {
     // Snapshot pieces are read from the snapshot's mapping as they are encoded: a helper
     // writes each, the lane waits for it, and the pieces arrive whole and in order.
     let (_rt, raddr, rx, rstop) = receiver(2, &[], |_| true);
-    let stop = Arc::new(Stop::new().unwrap());
-    let own = TcpListener::bind("127.0.0.1:0").unwrap();
-    let own_addr = own.local_addr().unwrap();
-    let t = Transport::start(
-        1,
-        own,
-        Some(own_addr),
-        &[(2, raddr)],
-        |_| Delivery::Taken,
-        stop.clone(),
-    )
-    .unwrap();
+    let (t, stop) = sender(raddr);
     let piece = |offset: u64| {
         let data: Vec<u8> = (0..100_000u64)
             .map(|i| ((i + offset) % 253) as u8)
