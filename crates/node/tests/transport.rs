@@ -430,3 +430,27 @@ fn snapshot_pieces_go_through_a_helper_in_order_with_the_lane() {
     stop.set();
     rstop.set();
 }
+
+#[test]
+fn a_peer_at_a_new_address_is_reconnected_there_and_the_old_connections_close() {
+    let Link {
+        t,
+        peer: _old,
+        conn: mut old_control,
+        bulk: mut old_bulk,
+        stop,
+        ..
+    } = link();
+    let moved = TcpListener::bind("127.0.0.1:0").unwrap();
+    t.add_peer(2, moved.local_addr().unwrap());
+    assert_eq!(t.peers(), vec![(2, moved.local_addr().unwrap())]);
+    t.send(2, nack(2));
+    find_nack(&mut [accept(&moved), accept(&moved)], 2);
+    // The old address's connections are closed: end of stream, not a timeout.
+    for c in [&mut old_control, &mut old_bulk] {
+        c.set_read_timeout(Some(WAIT)).unwrap();
+        assert_eq!(c.read(&mut [0u8; 1]).expect("end of stream"), 0);
+    }
+    assert_eq!(t.stats.frames_dropped.load(Ordering::Relaxed), 0);
+    stop.set();
+}
