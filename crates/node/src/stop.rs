@@ -72,19 +72,23 @@ impl Stop {
     /// Waits until `fd` is readable (true), the flag is set, or `max` passed (`None`: no
     /// limit). A signal that interrupts the wait ends it early; callers loop.
     pub fn wait_readable(&self, fd: RawFd, max: Option<Duration>) -> bool {
-        let mut p = [pollin(fd), pollin(self.rd.as_raw_fd())];
-        poll(&mut p, max) > 0 && p[0].revents != 0
+        self.wait(fd, libc::POLLIN, max)
     }
 
     /// Waits until `fd` is writable (true), the flag is set, or `max` passed (`None`: no
     /// limit). A signal that interrupts the wait ends it early; callers loop.
     pub fn wait_writable(&self, fd: RawFd, max: Option<Duration>) -> bool {
-        let out = libc::pollfd {
+        self.wait(fd, libc::POLLOUT, max)
+    }
+
+    /// Waits for `events` on `fd` (true), the flag, or `max`.
+    fn wait(&self, fd: RawFd, events: libc::c_short, max: Option<Duration>) -> bool {
+        let on_fd = libc::pollfd {
             fd,
-            events: libc::POLLOUT,
+            events,
             revents: 0,
         };
-        let mut p = [out, pollin(self.rd.as_raw_fd())];
+        let mut p = [on_fd, pollin(self.rd.as_raw_fd())];
         poll(&mut p, max) > 0 && p[0].revents != 0
     }
 

@@ -74,7 +74,7 @@ const MIN_BACKOFF: Duration = Duration::from_millis(5);
 /// until then).
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
 /// Bytes a connection reads per turn of the thread before the other connections get theirs.
-pub const TURN_BYTES: usize = 1 << 20;
+const TURN_BYTES: usize = 1 << 20;
 /// A helper reading a large message gives up after this without a byte of it.
 const LARGE_IDLE: Duration = Duration::from_secs(30);
 /// Encoded frames gathered into one write, at most (a large message ends a batch).
@@ -380,6 +380,7 @@ impl Transport {
             inbound: HashMap::new(),
             lent_in: 0,
             outbound: HashMap::new(),
+            generations: Vec::new(),
             next_token: FIRST_CONN,
             again: false,
             next: None,
@@ -488,8 +489,8 @@ enum Conn {
         token: Token,
         checked: bool,
     },
-    /// Lent to a helper thread writing a large message.
-    Lent,
+    /// Lent to a helper thread writing a large message; its poll token stays registered.
+    Lent { token: Token },
 }
 
 /// One lane of one peer: its frames, in order, from queue to socket.
@@ -531,7 +532,7 @@ impl Out {
         self.queue.is_empty()
             && self.at == self.buf.len()
             && self.big.is_none()
-            && !matches!(self.conn, Conn::Lent)
+            && !matches!(self.conn, Conn::Lent { .. })
     }
 
     /// Drops the batch being written and the large message (counted); the queue stays.
@@ -559,9 +560,9 @@ impl Out {
     fn close(&mut self, outbound: &mut HashMap<Token, (u64, Lane)>, poll: &Poll, retry: Instant) {
         match mem::replace(&mut self.conn, Conn::Down { retry }) {
             Conn::Down { .. } => {}
-            Conn::Lent => {
+            Conn::Lent { token } => {
                 debug_assert!(false, "closed a lent connection");
-                self.conn = Conn::Lent;
+                self.conn = Conn::Lent { token };
             }
             Conn::Connecting { mut s, token, .. } | Conn::Up { mut s, token, .. } => {
                 outbound.remove(&token);
@@ -736,13 +737,10 @@ fn write_large(t: &Transport, s: &TcpStream, big: Big) -> Sent {
     if peer_closed(s) {
         return Sent::Closed(big);
     }
+    let mut w = Blocking { stop: &t.stop, s };
     let written = match &big {
-        Big::Large(l) => (0..l.chunks()).try_for_each(|i| {
-            let (head, piece) = l.chunk(i);
-            write_all(&t.stop, s, &head)?;
-            write_all(&t.stop, s, piece)
-        }),
-        Big::Bytes(b) => write_all(&t.stop, s, b),
+        Big::Large(l) => l.write_to(&mut w),
+        Big::Bytes(b) => w.write_all(b),
         Big::Frame(_) => unreachable!("encoded above"),
     };
     match written {
@@ -751,23 +749,34 @@ fn write_large(t: &Transport, s: &TcpStream, big: Big) -> Sent {
     }
 }
 
-/// Writes all of `b` into a non-blocking socket, waiting for room ([`WRITE_TIMEOUT`] without
-/// progress at most, or until the stop).
-fn write_all(stop: &Stop, mut s: &TcpStream, mut b: &[u8]) -> io::Result<()> {
-    while !b.is_empty() {
-        match s.write(b) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => b = &b[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if !stop.wait_writable(s.as_raw_fd(), Some(WRITE_TIMEOUT)) {
-                    return Err(io::ErrorKind::TimedOut.into());
+/// A non-blocking socket written as a blocking one: a write waits for room
+/// ([`WRITE_TIMEOUT`] without progress at most, or until the stop).
+struct Blocking<'a> {
+    stop: &'a Stop,
+    s: &'a TcpStream,
+}
+
+impl Write for Blocking<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let mut s = self.s;
+        loop {
+            match s.write(b) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !self
+                        .stop
+                        .wait_writable(self.s.as_raw_fd(), Some(WRITE_TIMEOUT))
+                    {
+                        return Err(io::ErrorKind::TimedOut.into());
+                    }
                 }
+                r => return r,
             }
-            Err(e) => return Err(e),
         }
     }
-    Ok(())
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A peer's two lanes, for one generation of its address.
@@ -1042,6 +1051,8 @@ struct Net<D> {
     lent_in: usize,
     /// Outbound connections' tokens: (generation, lane).
     outbound: HashMap<Token, (u64, Lane)>,
+    /// The peers' generations, gathered each turn (kept to reuse its allocation).
+    generations: Vec<u64>,
     next_token: usize,
     /// Work is left for the next turn: poll without sleeping.
     again: bool,
@@ -1200,20 +1211,14 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
         now: Instant,
     ) {
         let stats = &self.t.stats;
-        let token = self
-            .outbound
-            .iter()
-            .find(|(_, v)| **v == (generation, lane))
-            .map(|(k, _)| *k);
-        let (Some(pc), Some(token)) = (self.peers.get_mut(&generation), token) else {
+        let Some(pc) = self.peers.get_mut(&generation) else {
             let _ = self.poll.registry().deregister(&mut s);
             return;
         };
         let out = &mut pc.lanes[lane.index()];
-        assert!(
-            matches!(out.conn, Conn::Lent),
-            "a connection returned twice"
-        );
+        let Conn::Lent { token } = out.conn else {
+            panic!("a connection returned twice");
+        };
         match sent {
             Sent::Written => {
                 stats.frames_sent.fetch_add(1, Ordering::Relaxed);
@@ -1245,8 +1250,10 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
     /// Moves every outbound lane on: connects, writes, times out; ends retired peers' lanes
     /// once they wrote what they had.
     fn drive_outbound(&mut self, now: Instant) {
-        let generations: Vec<u64> = self.peers.keys().copied().collect();
-        for generation in generations {
+        let mut generations = mem::take(&mut self.generations);
+        generations.clear();
+        generations.extend(self.peers.keys().copied());
+        for &generation in &generations {
             for lane in [Lane::Control, Lane::Bulk] {
                 self.drive(generation, lane, now);
             }
@@ -1265,6 +1272,7 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                 }
             }
         }
+        self.generations = generations;
     }
 
     fn drive(&mut self, generation: u64, lane: Lane, now: Instant) {
@@ -1277,7 +1285,7 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
         let out = &mut pc.lanes[lane.index()];
         let mut deadline = None;
         match &mut out.conn {
-            Conn::Lent => {}
+            Conn::Lent { .. } => {}
             Conn::Down { .. } if retiring => {
                 // A removed peer that cannot be reached is not reconnected.
                 out.drop_all(stats);
@@ -1322,9 +1330,12 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                     self.again = true;
                 }
                 Flushed::Lend(big) => {
-                    let Conn::Up { s, .. } = mem::replace(&mut out.conn, Conn::Lent) else {
+                    let Conn::Up { s, token, .. } =
+                        mem::replace(&mut out.conn, Conn::Down { retry: now })
+                    else {
                         unreachable!("flushed an open connection");
                     };
+                    out.conn = Conn::Lent { token };
                     let helper = t.clone();
                     let spawned =
                         thread::Builder::new()
@@ -1342,7 +1353,7 @@ impl<D: FnMut(Inbound) -> Delivery> Net<D> {
                         // The connection and the message went with the closure.
                         tracing::warn!("replica transport: cannot start a helper: {e}");
                         stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
-                        self.outbound.retain(|_, v| *v != (generation, lane));
+                        self.outbound.remove(&token);
                         out.conn = Conn::Down { retry: now };
                     }
                 }

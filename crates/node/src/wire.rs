@@ -455,7 +455,7 @@ impl Large {
     }
 
     /// The piece of chunk frame `i` (below [`Large::chunks`]).
-    pub fn piece(&self, i: usize) -> &[u8] {
+    fn piece(&self, i: usize) -> &[u8] {
         let start = i * CHUNK;
         &self.payload[start..(start + CHUNK).min(self.payload.len())]
     }
