@@ -32,6 +32,7 @@ __u8 self_mac[6];                  /* our interface's MAC address */
 __u32 blind_reply_len;             /* bytes of blind_reply_body; 0 = the host answers */
 __u32 reorder_window;              /* follower: appends up to this far ahead go to the host; 0 = off */
 __u64 gap_pass_ns;                 /* follower: when an append past the window last reached the gap rule */
+__u64 busy_tat_ns;                 /* leader: the busy replies' ration (fp_busy_answer_inline) */
 __u32 ring_waiting;                /* 1: the ring's reader sleeps and wants a wake record (wr_ring.h) */
 __u8 blind_reply_body[WR_BODY_MAX];
 
@@ -106,7 +107,8 @@ struct wr_counters {
 	__u64 ring_full;
 	__u64 halts;
 	__u64 malformed;
-	__u64 shed; /* client requests refused busy (overload, fp_shed_inline) */
+	__u64 shed; /* client requests refused (overload, fp_shed_inline) */
+	__u64 shed_unanswered; /* of those, dropped unanswered (fp_busy_answer_inline) */
 };
 
 struct {

@@ -89,8 +89,11 @@ pub struct Counters {
     pub halts: u64,
     /// Packets on the fast-path port that are not valid fast-path packets (given to the host).
     pub malformed: u64,
-    /// Client requests a leader refused with a busy reply (overload: `fp::shed`).
+    /// Client requests a leader refused (overload: `fp::shed`), with a busy reply or without.
     pub shed: u64,
+    /// Of those, clients' requests dropped without a reply: the busy replies' ration was spent
+    /// (`fp::busy_answer`).
+    pub shed_unanswered: u64,
 }
 
 /// Replication latency as the data plane measures it at the leader: from receipt of a client

@@ -92,6 +92,7 @@ struct AtomicCounters {
     halts: AtomicU64,
     malformed: AtomicU64,
     shed: AtomicU64,
+    shed_unanswered: AtomicU64,
 }
 
 impl AtomicCounters {
@@ -106,6 +107,7 @@ impl AtomicCounters {
             (&self.halts, d.halts),
             (&self.malformed, d.malformed),
             (&self.shed, d.shed),
+            (&self.shed_unanswered, d.shed_unanswered),
         ];
         for (a, v) in pairs {
             if v != 0 {
@@ -126,6 +128,7 @@ impl AtomicCounters {
             halts: l(&self.halts),
             malformed: l(&self.malformed),
             shed: l(&self.shed),
+            shed_unanswered: l(&self.shed_unanswered),
         }
     }
 }
@@ -224,6 +227,7 @@ impl UdpDataPlane {
             halted: false,
             now_ns: 0,
             gap_pass_ns: 0,
+            busy_tat_ns: 0,
             now_ms: 0,
         };
         let thread = std::thread::Builder::new()
@@ -640,6 +644,8 @@ struct Worker {
     now_ns: u64,
     /// Follower: when an append past the hold window last reached the gap rule.
     gap_pass_ns: u64,
+    /// Leader: the busy replies' ration (`fp::busy_answer`).
+    busy_tat_ns: u64,
     now_ms: u64,
 }
 
@@ -819,7 +825,8 @@ impl Worker {
         // handler and the host when the ring is full.
         let may_record = matches!(hdr.kind, fp::CLIENT_REQUEST | fp::APPEND | fp::ACK);
         let ring_len = self.shared.ring.lock().expect("ring lock").len() + self.pending.len();
-        // Overload: a busy reply rather than a full ring later (the XDP program's rule).
+        // Overload: a busy reply rather than a full ring later, a client's while their ration
+        // lasts (the XDP program's rules).
         if fp::shed(
             &self.regs,
             &hdr,
@@ -828,7 +835,14 @@ impl Worker {
             RING_CAPACITY as u64,
         ) {
             self.delta.shed += 1;
-            self.busy(src, &hdr, payload);
+            let (reply, body) = fp::busy_reply(&self.regs, &hdr, payload);
+            if fp::busy_answer(self.now_ns, &mut self.busy_tat_ns, reply.index) {
+                let b = self.out.next(src);
+                b.extend_from_slice(&reply.to_bytes());
+                b.extend_from_slice(&body);
+            } else {
+                self.delta.shed_unanswered += 1;
+            }
             return;
         }
         if may_record && ring_len + 2 > RING_CAPACITY {
@@ -916,16 +930,6 @@ impl Worker {
         } else {
             self.delta.handled += 1;
         }
-    }
-
-    /// Refuses client request `hdr` (overload): a CLIENT_REPLY with status RETRY and body
-    /// "busy" to its sender, whose `index` is the request's envelope id (a replica that
-    /// forwarded it routes it again), as the XDP program's `wr_busy`.
-    fn busy(&mut self, to: SocketAddrV4, hdr: &fp::Header, payload: &[u8]) {
-        let (reply, body) = fp::busy_reply(&self.regs, hdr, payload);
-        let b = self.out.next(to);
-        b.extend_from_slice(&reply.to_bytes());
-        b.extend_from_slice(&body);
     }
 
     /// Entries `(old_commit, c]` committed: their latencies; the reply to `c`'s client if it

@@ -561,7 +561,8 @@ impl XdpProgram {
 
     /// Counters summed over CPUs.
     pub fn counters(&self) -> Counters {
-        let mut c = [0u64; 9];
+        // `struct wr_counters`: one u64 per field of `Counters`, in its order.
+        let mut c = [0u64; 10];
         if let Ok(Some(per_cpu)) = self
             .skel
             .maps
@@ -569,6 +570,7 @@ impl XdpProgram {
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
         {
             for v in per_cpu {
+                debug_assert_eq!(v.len(), c.len() * 8, "struct wr_counters changed");
                 for (i, slot) in c.iter_mut().enumerate() {
                     *slot += read_u64(&v, i * 8);
                 }
@@ -584,6 +586,7 @@ impl XdpProgram {
             halts: c[6],
             malformed: c[7],
             shed: c[8],
+            shed_unanswered: c[9],
         }
     }
 

@@ -830,11 +830,65 @@ fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
         BASE + fp::SHED_INFLIGHT,
         "not ordered"
     );
+    // A client's own requests (request id 0) get busy replies while their ration lasts, the
+    // rest are dropped unanswered; a replica's forward (77) is answered still.
+    let own = |seq: u64| {
+        let payload = Envelope {
+            origin: 0,
+            req: 0,
+            client: 9,
+            seq,
+            now_ms: 0,
+            command: b"SET a b".to_vec(),
+        }
+        .encode();
+        let h = Header {
+            kind: fp::CLIENT_REQUEST,
+            len: payload.len() as u16,
+            from: 9,
+            seq,
+            ..Header::new(u64::from(GROUP))
+        };
+        let mut b = Vec::new();
+        h.encode(&payload, &mut b);
+        b
+    };
+    let sent = 4 * fp::BUSY_BURST;
+    let t0 = Instant::now();
+    for seq in 0..sent {
+        client.send_to(&own(100 + seq), n.addr()).unwrap();
+    }
+    let mut answered = 0;
+    while let Some((_, reply)) = recv(&client, Duration::from_millis(300)) {
+        let (rh, p) = Header::decode(&reply).expect("a fast-path reply");
+        assert_eq!(
+            (rh.kind, rh.index, p[0]),
+            (fp::CLIENT_REPLY, 0, fp::payload::STATUS_RETRY)
+        );
+        answered += 1;
+        let c = n.dp.counters();
+        if c.shed == 1 + sent && answered == sent - c.shed_unanswered {
+            break;
+        }
+    }
+    let refills = t0.elapsed().as_nanos() as u64 / fp::BUSY_EVERY_NS + 1;
+    assert!(
+        (fp::BUSY_BURST..=fp::BUSY_BURST + refills).contains(&answered),
+        "{answered} busy replies: the burst of {}, and {refills} refills at most",
+        fp::BUSY_BURST
+    );
+    let c = n.dp.counters();
+    assert_eq!((c.shed, c.shed_unanswered), (1 + sent, sent - answered));
+    client.send_to(&b, n.addr()).unwrap();
+    let (_, reply) = recv(&client, WAIT).expect("a forward's busy reply past the ration");
+    assert_eq!(Header::decode(&reply).unwrap().0.index, 77);
+    let shed = 2 + sent;
+    assert_eq!(n.dp.counters().shed, shed);
     // The host's own push and a heartbeat are never shed.
     n.dp.push(&request(0, 1, 0)).unwrap();
     n.dp.push(&request(0, 2, fp::F_HEARTBEAT)).unwrap();
     n.drain_until("the host's push and the heartbeat", |r| {
         last_entry(r) == BASE + fp::SHED_INFLIGHT + 2
     });
-    assert_eq!(n.dp.counters().shed, 1);
+    assert_eq!(n.dp.counters().shed, shed);
 }

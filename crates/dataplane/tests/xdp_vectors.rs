@@ -297,7 +297,7 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
     if !root_or_skip("xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring") {
         return;
     }
-    use waverunner_fastpath::{F_HEARTBEAT, SHED_INFLIGHT};
+    use waverunner_fastpath::{BUSY_BURST, BUSY_EVERY_NS, F_HEARTBEAT, SHED_INFLIGHT};
     let prog = load(b"");
     let mut records = Vec::new();
 
@@ -313,13 +313,37 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
         r.last_index,
         "not ordered"
     );
+    // A client's own requests (request id 0) get busy replies while their ration lasts, then
+    // are dropped unanswered; a replica's forward (77) is answered still.
+    let t0 = std::time::Instant::now();
+    let mut answered = 0u64;
+    for seq in 100.. {
+        let run = prog.test_run(&client_request(seq, 0, 0, 0)).expect("run");
+        if run.verdict == XDP_DROP {
+            break;
+        }
+        check_busy(&run, seq, 0, "a client's, within the ration");
+        answered += 1;
+        assert!(answered <= 100 * BUSY_BURST, "the ration never ran out");
+    }
+    let refills = t0.elapsed().as_nanos() as u64 / BUSY_EVERY_NS + 1;
+    assert!(
+        (BUSY_BURST..=BUSY_BURST + refills).contains(&answered),
+        "{answered} busy replies: the burst of {BUSY_BURST}, and {refills} refills at most"
+    );
+    let c = prog.counters();
+    assert_eq!((c.shed, c.shed_unanswered), (answered + 2, 1));
+    let run = prog.test_run(&client_request(5, 3, 77, 0)).expect("run");
+    check_busy(&run, 5, 77, "a forward past the ration");
+    assert_eq!(prog.counters().shed, answered + 3);
+    let shed = answered + 3;
     // A heartbeat is never shed: ordered.
     let run = prog
         .test_run(&client_request(5, 0, 0, F_HEARTBEAT))
         .expect("run");
     assert_eq!(run.verdict, XDP_TX, "the heartbeat's append");
     assert_eq!(prog.read_registers().last_index, r.last_index + 1);
-    assert_eq!(prog.counters().shed, 1);
+    assert_eq!(prog.counters().shed, shed);
     prog.drain(&mut records);
 
     // The ring: one voter commits at once; with nothing drained, requests are ordered until
@@ -330,10 +354,11 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
     let mut ordered = 0u64;
     let mut seq = 10;
     loop {
+        // Forwards, answered whatever the ration.
         seq += 1;
-        let run = prog.test_run(&client_request(seq, 0, 0, 0)).expect("run");
-        if prog.counters().shed == 2 {
-            check_busy(&run, seq, 0, "ring a quarter full");
+        let run = prog.test_run(&client_request(seq, 3, seq, 0)).expect("run");
+        if prog.counters().shed == shed + 1 {
+            check_busy(&run, seq, seq, "ring a quarter full");
             break;
         }
         ordered += 1;
@@ -366,7 +391,7 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
         .test_run(&client_request(seq + 1, 0, 0, 0))
         .expect("run");
     assert_ne!(run.verdict, XDP_DROP);
-    assert_eq!(prog.counters().shed, 2);
+    assert_eq!(prog.counters().shed, shed + 1);
     eprintln!(
         "xdp shedding: {ordered} requests ordered before the ring passed the admission share"
     );

@@ -26,6 +26,11 @@ int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_sel
 	return fp_ahead_inline(r, in, from_self, window, c);
 }
 
+int fp_busy_answer(struct fp_busy_clock *c, __u64 req)
+{
+	return fp_busy_answer_inline(c, req);
+}
+
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out)
 {
 	return fp_parse(buf, len, out);

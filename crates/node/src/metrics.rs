@@ -282,9 +282,12 @@ pub struct FastPathStatus {
     pub client_replies: u64,
     /// Packets dropped because the log ring was full.
     pub ring_full: u64,
-    /// Client requests the leader's data plane refused busy (overload).
+    /// Client requests the leader's data plane refused (overload).
     #[serde(default)]
     pub shed: u64,
+    /// Of those, dropped without a busy reply (the ration of busy replies spent).
+    #[serde(default)]
+    pub shed_unanswered: u64,
     /// Times the handler halted.
     pub halts: u64,
     /// Malformed packets on the fast-path port.
@@ -497,8 +500,13 @@ impl Status {
             ),
             (
                 "dataplane_shed_total",
-                "Client requests refused busy by the data plane (overload).",
+                "Client requests refused by the data plane (overload).",
                 f.shed,
+            ),
+            (
+                "dataplane_shed_unanswered_total",
+                "Of those, dropped without a busy reply (the ration of busy replies spent).",
+                f.shed_unanswered,
             ),
             ("dataplane_halts_total", "Handler halts.", f.halts),
             (

@@ -1917,6 +1917,7 @@ impl<S: StateMachine> Replica<S> {
             f.client_replies = c.client_replies;
             f.ring_full = c.ring_full;
             f.shed = c.shed;
+            f.shed_unanswered = c.shed_unanswered;
             f.halts = c.halts;
             f.malformed = c.malformed;
             f.last_index = r.last_index;

@@ -67,6 +67,8 @@ pub struct SimDataPlane {
     pub dropped: u64,
     /// Client requests shed (overload: `fp::shed`, the rule the XDP program applies).
     pub shed: u64,
+    /// Of those, clients' requests dropped unanswered: the busy replies' ration was spent.
+    pub shed_unanswered: u64,
     /// Follower: appends at most this far ahead of the log go to the host to be held
     /// (`fp::ahead`, the rule the XDP and `udp` data planes apply; 0: never).
     hold_window: u32,
@@ -75,6 +77,8 @@ pub struct SimDataPlane {
     pub now_ns: u64,
     /// When an append past the window last reached the gap rule.
     gap_pass_ns: u64,
+    /// Leader: the busy replies' ration (`fp::busy_answer`).
+    busy_tat_ns: u64,
 }
 
 impl SimDataPlane {
@@ -97,9 +101,11 @@ impl SimDataPlane {
             punted: 0,
             dropped: 0,
             shed: 0,
+            shed_unanswered: 0,
             hold_window,
             now_ns: 0,
             gap_pass_ns: 0,
+            busy_tat_ns: 0,
         }
     }
 
@@ -158,7 +164,11 @@ impl SimDataPlane {
         ) {
             self.shed += 1;
             let (reply, body) = fp::busy_reply(&self.regs, hdr, payload);
-            out.push(Out::Send(from, reply, body));
+            if fp::busy_answer(now, &mut self.busy_tat_ns, reply.index) {
+                out.push(Out::Send(from, reply, body));
+            } else {
+                self.shed_unanswered += 1;
+            }
             return;
         }
         if self.ring.len() + 2 > RING_CAPACITY {
@@ -293,6 +303,7 @@ impl DataPlane for SimDataPlane {
             punted: self.punted,
             dropped: self.dropped,
             shed: self.shed,
+            shed_unanswered: self.shed_unanswered,
             ..Counters::default()
         }
     }
@@ -352,9 +363,23 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // A client's own requests (request id 0) are answered while the ration lasts; a
+        // replica's forward always.
+        let own = waverunner_fastpath::payload::Envelope {
+            origin: 0,
+            req: 0,
+            ..waverunner_fastpath::payload::Envelope::decode(&payload, usize::MAX).unwrap()
+        }
+        .encode();
+        for _ in 0..=fp::BUSY_BURST {
+            dp.receive(3, &hdr, &own);
+        }
+        dp.receive(3, &hdr, &payload);
+        assert_eq!((dp.shed, dp.shed_unanswered), (3 + fp::BUSY_BURST, 1));
+        assert_eq!(dp.take_outbox().len() as u64, fp::BUSY_BURST + 1);
         // The host's own push is never shed.
         dp.receive(1, &hdr, &payload);
-        assert_eq!(dp.shed, 1);
+        assert_eq!(dp.shed, 3 + fp::BUSY_BURST);
         assert!(dp.ring_pending());
     }
 }
