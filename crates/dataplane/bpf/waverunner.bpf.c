@@ -221,25 +221,11 @@ static __always_inline int wr_client_reply(struct xdp_md *ctx, __u64 c, __u64 co
 
 #define WR_BUSY_BODY_LEN 4 /* "busy" */
 
-/* The request id of the client request's envelope (FP_ENV_OFF_REQ): 0 from a client or
- * if it is not an envelope, a replica's own id for its request when it forwarded it. */
-static __always_inline __u64 wr_envelope_req(struct xdp_md *ctx, const struct fp_hdr *in)
-{
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__u8 *p = data + WR_PAYLOAD_OFF;
-
-	if (in->len >= FP_ENV_PREFIX && (void *)(p + FP_ENV_OFF_REQ + 8) <= data_end &&
-	    p[0] == FP_ENV_TAG)
-		return fp_ld64(p + FP_ENV_OFF_REQ);
-	return 0;
-}
-
 /*
  * Overload: the client request in the frame becomes a CLIENT_REPLY with status
  * RETRY and body "busy" back to its sender (`dst`). `index` carries the
- * request's envelope id (wr_envelope_req): a replica that forwarded the
- * request routes it again. 0 or -1.
+ * request's envelope id (FP_ENV_OFF_REQ; 0 if it is not an envelope): a
+ * replica that forwarded the request routes it again. 0 or -1.
  */
 static __always_inline int wr_busy(struct xdp_md *ctx, const struct fp_hdr *in,
 				   const struct wr_dst *dst, __u64 self_id, __u64 term,
@@ -247,9 +233,12 @@ static __always_inline int wr_busy(struct xdp_md *ctx, const struct fp_hdr *in,
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u8 *p;
-	__u64 req = wr_envelope_req(ctx, in);
+	__u8 *p = data + WR_PAYLOAD_OFF;
+	__u64 req = 0;
 
+	if (in->len >= FP_ENV_PREFIX && (void *)(p + FP_ENV_OFF_REQ + 8) <= data_end &&
+	    p[0] == FP_ENV_TAG)
+		req = fp_ld64(p + FP_ENV_OFF_REQ);
 	__builtin_memset(mp, 0, sizeof(*mp));
 	mp->magic = FP_MAGIC;
 	mp->version = FP_VERSION;
@@ -406,7 +395,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 
 	/*
 	 * Overload: shed a client's request with a busy reply rather than take it and drop
-	 * appends and acks later (a full ring); a client's reply only while their ration lasts
+	 * appends and acks later (a full ring), while the busy replies' ration lasts
 	 * (fp_busy_answer_inline). Racy reads of the registers and the ration, as above.
 	 */
 	if (fp_shed_inline(&regs, in, from_self,
@@ -415,7 +404,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		struct fp_busy_clock busy = { .now_ns = gap_clock.now_ns, .tat_ns = busy_tat_ns };
 
 		cnt->shed++;
-		if (!fp_busy_answer_inline(&busy, wr_envelope_req(ctx, in))) {
+		if (!fp_busy_answer_inline(&busy)) {
 			cnt->shed_unanswered++;
 			return XDP_DROP;
 		}

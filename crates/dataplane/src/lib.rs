@@ -91,7 +91,7 @@ pub struct Counters {
     pub malformed: u64,
     /// Client requests a leader refused (overload: `fp::shed`), with a busy reply or without.
     pub shed: u64,
-    /// Of those, clients' requests dropped without a reply: the busy replies' ration was spent
+    /// Of those, dropped without a reply: the busy replies' ration was spent
     /// (`fp::busy_answer`).
     pub shed_unanswered: u64,
 }

@@ -825,8 +825,8 @@ impl Worker {
         // handler and the host when the ring is full.
         let may_record = matches!(hdr.kind, fp::CLIENT_REQUEST | fp::APPEND | fp::ACK);
         let ring_len = self.shared.ring.lock().expect("ring lock").len() + self.pending.len();
-        // Overload: a busy reply rather than a full ring later, a client's while their ration
-        // lasts (the XDP program's rules).
+        // Overload: a busy reply rather than a full ring later, while their ration lasts (the
+        // XDP program's rules).
         if fp::shed(
             &self.regs,
             &hdr,
@@ -835,8 +835,8 @@ impl Worker {
             RING_CAPACITY as u64,
         ) {
             self.delta.shed += 1;
-            let (reply, body) = fp::busy_reply(&self.regs, &hdr, payload);
-            if fp::busy_answer(self.now_ns, &mut self.busy_tat_ns, reply.index) {
+            if fp::busy_answer(self.now_ns, &mut self.busy_tat_ns) {
+                let (reply, body) = fp::busy_reply(&self.regs, &hdr, payload);
                 let b = self.out.next(src);
                 b.extend_from_slice(&reply.to_bytes());
                 b.extend_from_slice(&body);

@@ -830,8 +830,8 @@ fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
         BASE + fp::SHED_INFLIGHT,
         "not ordered"
     );
-    // A client's own requests (request id 0) get busy replies while their ration lasts, the
-    // rest are dropped unanswered; a replica's forward (77) is answered still.
+    // Busy replies while their ration lasts, the rest dropped unanswered; one more after a
+    // while.
     let own = |seq: u64| {
         let payload = Envelope {
             origin: 0,
@@ -879,8 +879,9 @@ fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
     );
     let c = n.dp.counters();
     assert_eq!((c.shed, c.shed_unanswered), (1 + sent, sent - answered));
+    std::thread::sleep(Duration::from_nanos(2 * fp::BUSY_EVERY_NS));
     client.send_to(&b, n.addr()).unwrap();
-    let (_, reply) = recv(&client, WAIT).expect("a forward's busy reply past the ration");
+    let (_, reply) = recv(&client, WAIT).expect("a busy reply: the ration refilled");
     assert_eq!(Header::decode(&reply).unwrap().0.index, 77);
     let shed = 2 + sent;
     assert_eq!(n.dp.counters().shed, shed);

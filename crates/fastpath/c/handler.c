@@ -26,9 +26,9 @@ int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_sel
 	return fp_ahead_inline(r, in, from_self, window, c);
 }
 
-int fp_busy_answer(struct fp_busy_clock *c, __u64 req)
+int fp_busy_answer(struct fp_busy_clock *c)
 {
-	return fp_busy_answer_inline(c, req);
+	return fp_busy_answer_inline(c);
 }
 
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out)

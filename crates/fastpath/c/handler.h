@@ -335,11 +335,10 @@ static __always_inline int fp_shed_inline(const struct fp_registers *r,
 
 /*
  * Overload, after fp_shed_inline said shed: whether the busy reply goes out.
- * A replica's forward (its envelope's request id `req` is not 0) is always
- * answered: the replica routes it again. A client's is answered while a ration
- * lasts, FP_BUSY_BURST at once and one more every FP_BUSY_EVERY_NS; past it
- * the request is dropped unanswered, as a full socket buffer drops it, and the
- * client's timeout answers it. Why ration: on a veth a reply costs the sender
+ * Busy replies are rationed, FP_BUSY_BURST at once and one more every
+ * FP_BUSY_EVERY_NS; past the ration the request is dropped unanswered, as a
+ * full socket buffer drops it, and the client's timeout answers it (replicas
+ * do not forward over the fast path: every request shed is a client's). Why ration: on a veth a reply costs the sender
  * the receiver's kernel path too, so a busy reply costs a leader about what
  * serving costs; answering every request of a flood at twice the peak halved
  * the goodput (`udp`, docs/chaos.md "Overload"). A generic cell rate rule:
@@ -354,13 +353,10 @@ struct fp_busy_clock {
 	__u64 tat_ns; /* the ration's theoretical arrival time */
 };
 
-static __always_inline int fp_busy_answer_inline(struct fp_busy_clock *c,
-						 __u64 req)
+static __always_inline int fp_busy_answer_inline(struct fp_busy_clock *c)
 {
 	__u64 tat = c->tat_ns > c->now_ns ? c->tat_ns : c->now_ns;
 
-	if (req)
-		return 1;
 	if (tat - c->now_ns > (FP_BUSY_BURST - 1) * FP_BUSY_EVERY_NS)
 		return 0;
 	c->tat_ns = tat + FP_BUSY_EVERY_NS;
@@ -445,7 +441,7 @@ int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self
 	    __u64 ring_used, __u64 ring_size);
 int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
 	     __u32 window, struct fp_gap_clock *c);
-int fp_busy_answer(struct fp_busy_clock *c, __u64 req);
+int fp_busy_answer(struct fp_busy_clock *c);
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
 int fp_write_ffi(const struct fp_hdr *h, void *buf);
 

@@ -21,7 +21,7 @@ extern "C" {
         window: u32,
         clock: *mut [u64; 2],
     ) -> i32;
-    pub(crate) fn fp_busy_answer(clock: *mut [u64; 2], req: u64) -> i32;
+    pub(crate) fn fp_busy_answer(clock: *mut [u64; 2]) -> i32;
     fn fp_parse_ffi(buf: *const u8, len: u32, out: *mut Header) -> i32;
     fn fp_write_ffi(h: *const Header, buf: *mut u8) -> i32;
     #[cfg(test)]

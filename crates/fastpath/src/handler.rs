@@ -319,16 +319,14 @@ pub const BUSY_EVERY_NS: u64 = 100_000;
 /// Busy replies to clients sent at once at most (`FP_BUSY_BURST`).
 pub const BUSY_BURST: u64 = 64;
 
-/// After [`shed`]: whether the busy reply to a request whose envelope's request id is `req`
-/// (the reply's `index`, [`busy_reply`]) goes out, or the request is dropped unanswered. The
-/// C `fp_busy_answer`, the rule the XDP program applies: a replica's forward (`req` not 0)
-/// always; a client's while the ration lasts. `tat_ns` is the caller's ration state, updated
-/// when a client's reply is granted; `now_ns` any monotonic clock.
-pub fn busy_answer(now_ns: u64, tat_ns: &mut u64, req: u64) -> bool {
+/// After [`shed`]: whether the busy reply goes out (the ration lasts) or the request is dropped
+/// unanswered. The C `fp_busy_answer`, the rule the XDP program applies. `tat_ns` is the
+/// caller's ration state, updated when a reply is granted; `now_ns` any monotonic clock.
+pub fn busy_answer(now_ns: u64, tat_ns: &mut u64) -> bool {
     // `struct fp_busy_clock`: two u64, the clock and the ration's state.
     let mut clock = [now_ns, *tat_ns];
     // SAFETY: a live pair of u64 laid out as the C struct; `fp_busy_answer` keeps no pointer.
-    let a = unsafe { crate::ffi::fp_busy_answer(&mut clock, req) };
+    let a = unsafe { crate::ffi::fp_busy_answer(&mut clock) };
     *tat_ns = clock[1];
     a != 0
 }
@@ -533,34 +531,30 @@ mod tests {
     }
 
     #[test]
-    fn busy_replies_to_clients_are_rationed_and_forwards_always_answered() {
+    fn busy_replies_are_rationed() {
         let t = 7 * BUSY_EVERY_NS;
         let mut tat = 0;
         for i in 0..BUSY_BURST {
-            assert!(busy_answer(t, &mut tat, 0), "reply {i} of the burst");
+            assert!(busy_answer(t, &mut tat), "reply {i} of the burst");
         }
-        assert!(!busy_answer(t, &mut tat, 0), "the burst is spent");
+        assert!(!busy_answer(t, &mut tat), "the burst is spent");
         assert!(
-            !busy_answer(t + BUSY_EVERY_NS - 1, &mut tat, 0),
+            !busy_answer(t + BUSY_EVERY_NS - 1, &mut tat),
             "one interval has not passed"
         );
-        // A replica's forward is answered whatever the ration, and spends none of it.
-        let before = tat;
-        assert!(busy_answer(t, &mut tat, 42));
-        assert_eq!(tat, before);
-        assert!(busy_answer(t + BUSY_EVERY_NS, &mut tat, 0), "one more");
-        assert!(!busy_answer(t + BUSY_EVERY_NS, &mut tat, 0));
+        assert!(busy_answer(t + BUSY_EVERY_NS, &mut tat), "one more");
+        assert!(!busy_answer(t + BUSY_EVERY_NS, &mut tat));
         // Idle for long: the whole burst again, not more.
         let later = t + 1_000 * BUSY_EVERY_NS;
         let granted = (0..10 * BUSY_BURST)
-            .filter(|_| busy_answer(later, &mut tat, 0))
+            .filter(|_| busy_answer(later, &mut tat))
             .count() as u64;
         assert_eq!(granted, BUSY_BURST);
         // A steady flood gets one reply per interval.
         let mut granted = 0;
         for k in 1..=1_000 {
             let now = later + k * BUSY_EVERY_NS / 10;
-            granted += u64::from(busy_answer(now, &mut tat, 0));
+            granted += u64::from(busy_answer(now, &mut tat));
         }
         assert_eq!(granted, 100, "one per interval over 100 intervals");
     }
