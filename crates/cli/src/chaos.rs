@@ -632,22 +632,71 @@ struct Flood {
     thread: std::thread::JoinHandle<Result<FloodReport, waverunner_client::Error>>,
     rate: u64,
     peak: f64,
-    /// The highest term before it started.
-    term0: u64,
+    /// The cluster before it started.
+    before: Terms,
 }
 
 /// Keys the overload's requests use (`key-N`, apart from the checked clients' keys).
 const FLOOD_KEYS: u64 = 10_000;
 
-/// The highest term any running replica reports.
-fn max_term(cf: &ClusterFile) -> u64 {
-    cf.nodes
-        .iter()
-        .filter(|n| cluster::is_running(n))
-        .filter_map(|n| cluster::fetch_status(n.addresses.admin, STATUS_TIMEOUT).ok())
-        .map(|(v, _)| v.term)
-        .max()
-        .unwrap_or(0)
+/// What tells an election from a hand-off, as the running replicas report it.
+#[derive(Clone, Debug, Default)]
+struct Terms {
+    /// The highest term.
+    term: u64,
+    /// The leader a replica of that term knows (0: none).
+    leader: u64,
+    /// Data-plane disables (hand-offs to software) summed over the replicas, by reason.
+    disables: BTreeMap<String, u64>,
+}
+
+impl Terms {
+    fn of(cf: &ClusterFile) -> Terms {
+        let mut t = Terms::default();
+        for n in cf.nodes.iter().filter(|n| cluster::is_running(n)) {
+            let Ok((v, _)) = cluster::fetch_status(n.addresses.admin, STATUS_TIMEOUT) else {
+                continue;
+            };
+            if v.term > t.term || (v.term == t.term && t.leader == 0) {
+                (t.term, t.leader) = (v.term, v.leader);
+            }
+            for (r, k) in v.fastpath.disables {
+                *t.disables.entry(r).or_default() += k;
+            }
+        }
+        t
+    }
+
+    /// `later`'s changes since `self`: "leader n1 → n1, disables +0; term +0" (the term
+    /// last: the tests read it there).
+    fn change(&self, later: &Terms) -> (u64, String) {
+        let dt = later.term.saturating_sub(self.term);
+        let added: Vec<(&String, u64)> = later
+            .disables
+            .iter()
+            .map(|(r, k)| {
+                (
+                    r,
+                    k.saturating_sub(self.disables.get(r).copied().unwrap_or(0)),
+                )
+            })
+            .filter(|&(_, d)| d > 0)
+            .collect();
+        let total: u64 = added.iter().map(|&(_, d)| d).sum();
+        let reasons = if added.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = added.iter().map(|(r, d)| format!("{r} {d}")).collect();
+            format!(" ({})", each.join(", "))
+        };
+        (
+            dt,
+            format!(
+                "leader n{} → n{}, disables +{total}{reasons}; term +{dt}",
+                self.leader, later.leader
+            ),
+        )
+    }
 }
 
 /// Floods `target` at `rate` for `secs`.
@@ -1039,7 +1088,7 @@ impl<'a> Scheduler<'a> {
                     }
                 };
                 let rate = (2.0 * peak).max(1_000.0) as u64;
-                let term0 = max_term(&cf);
+                let before = Terms::of(&cf);
                 let stop = Arc::new(AtomicBool::new(false));
                 let s2 = stop.clone();
                 let thread = std::thread::Builder::new()
@@ -1054,7 +1103,7 @@ impl<'a> Scheduler<'a> {
                     thread,
                     rate,
                     peak,
-                    term0,
+                    before,
                 }))
             }
         }
@@ -1116,13 +1165,13 @@ impl<'a> Scheduler<'a> {
             Active::Overload(f) => {
                 f.stop.store(true, Ordering::Relaxed);
                 let r = f.thread.join();
-                let term1 = self.cluster().map(|cf| max_term(&cf)).unwrap_or(f.term0);
-                let dt = term1.saturating_sub(f.term0);
+                let after = self.cluster().map(|cf| Terms::of(&cf));
+                let (dt, change) = f.before.change(after.as_ref().unwrap_or(&f.before));
                 self.overload_term_changes += dt;
                 match r {
                     Ok(Ok(r)) => self.note(format!(
                         "heal: overload at {}/s stopped: {} sent, {:.0} ok/s ({:.0} % of the peak \
-                         {:.0}/s), {} refused, {} unanswered; term +{dt}",
+                         {:.0}/s), {} refused, {} unanswered; {change}",
                         f.rate,
                         r.sent,
                         r.goodput(),
