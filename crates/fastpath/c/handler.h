@@ -345,7 +345,7 @@ static __always_inline int fp_shed_inline(const struct fp_registers *r,
  * `c->tat_ns` is the caller's (when the ration is next whole), advanced by one
  * interval per reply granted. A racy view grants one reply more or less.
  */
-#define FP_BUSY_EVERY_NS 100000ULL /* 10 000 busy replies a second */
+#define FP_BUSY_EVERY_NS 500000ULL /* 2 000 busy replies a second */
 #define FP_BUSY_BURST 64ULL
 
 struct fp_busy_clock {

@@ -315,7 +315,7 @@ pub fn ahead(
 
 /// A client's busy replies are rationed: [`BUSY_BURST`] at once, one more every this many
 /// nanoseconds (`FP_BUSY_EVERY_NS`).
-pub const BUSY_EVERY_NS: u64 = 100_000;
+pub const BUSY_EVERY_NS: u64 = 500_000;
 /// Busy replies to clients sent at once at most (`FP_BUSY_BURST`).
 pub const BUSY_BURST: u64 = 64;
 
