@@ -698,6 +698,95 @@ fn netns_mixed_xdp_udp_serves_every_client() {
     netns_cluster("xdp,udp,udp");
 }
 
+/// A follower stopped (SIGSTOP) for 400 ms, four election timeouts, while its XDP data plane
+/// goes on taking the leader's appends (the program runs in the kernel): resumed, its host
+/// counts the election timer from the last append the data plane took, not from before the
+/// stop, so it neither times out a live leader nor hands off; every write is acknowledged.
+/// Before that fix the follower disabled its data plane (`election_timeout`) and the term
+/// changed, every time.
+#[test]
+fn netns_xdp_follower_stopped_while_its_data_plane_appends_keeps_the_term() {
+    if !have_root("a stopped xdp follower in network namespaces") {
+        return;
+    }
+    let _lock = cluster_lock();
+    let dir = cli_harness::unique_dir("dp-xdp-stopped");
+    let d = dir.display().to_string();
+    let _down = up(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--netns",
+            "on",
+            "--dataplane",
+            "xdp",
+            "--durability",
+            "memory",
+        ],
+    );
+    let n = up_nodes(&dir);
+    let before = wait_enabled(&n.admin);
+    let leader = leader_of(&before);
+    let f = *n.ids.iter().find(|&&i| i != leader).expect("a follower");
+    let text = std::fs::read_to_string(dir.join("cluster.json")).expect("cluster.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("cluster.json is JSON");
+    let pid = v["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|x| x["id"].as_u64() == Some(f))
+        .and_then(|x| x["pid"].as_i64())
+        .expect("the follower's pid") as libc::pid_t;
+    // One writer in the clients' namespace for 2 s, bounded in count too.
+    let writer = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            "wr-client",
+            cli_harness::BIN,
+            "load",
+            "--dir",
+            &d,
+        ])
+        .args([
+            "--clients",
+            "1",
+            "--write-fraction",
+            "1",
+            "--duration-ms",
+            "2000",
+        ])
+        .args(["--ops", "200000", "--value-size", "8"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ip netns exec … waverunner load");
+    std::thread::sleep(Duration::from_millis(600));
+    // SAFETY: kill(2) on a replica this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(400));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let out = writer.wait_with_output().expect("the writer");
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "the writer: {report}");
+    assert!(
+        report.contains(" failed=0 "),
+        "every write answered: {report}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let after = wait_enabled(&n.admin);
+    for s in &after {
+        assert!(
+            s.fastpath.disables.is_empty() && s.term == before[0].term,
+            "replica {} handed off or changed term (follower {f} was stopped):\n{}",
+            s.id,
+            describe(&after)
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // waverunner chaos with a data plane
 // ---------------------------------------------------------------------------------------------

@@ -332,8 +332,9 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct wr_rec_entry *ent;
-	struct wr_rec_hdr *com;
+	void *ent; /* an entry record: struct wr_rec_small if `small`, else wr_rec_entry */
+	struct wr_rec_hdr *eh, *com;
+	int small = 0;
 	struct fp_hdr *in = &sc->in;
 	struct fp_out *out = &sc->out;
 	struct wr_dst dst;
@@ -424,7 +425,12 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	ent = NULL;
 	com = NULL;
 	if (in->type == FP_CLIENT_REQUEST || in->type == FP_APPEND) {
-		ent = bpf_ringbuf_reserve(&wr_ring, sizeof(struct wr_rec_entry), 0);
+		if (in->len <= WR_SMALL_PAYLOAD) {
+			small = 1;
+			ent = bpf_ringbuf_reserve(&wr_ring, WR_RING_SMALL_SIZE, 0);
+		} else {
+			ent = bpf_ringbuf_reserve(&wr_ring, WR_RING_ENTRY_SIZE, 0);
+		}
 		if (!ent) {
 			cnt->ring_full++;
 			return XDP_DROP;
@@ -447,6 +453,9 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	term = sc->term;
 	group = sc->group_id;
 
+	/* The leader was alive then, whenever the host gets to it (a starved host's ticks). */
+	if (in->type == FP_APPEND && !from_self && (out->actions & FP_ACT_RING_ENTRY))
+		heard_ns = now;
 	if (out->actions & FP_ACT_HALT)
 		cnt->halts++;
 	if (out->actions & FP_ACT_TO_HOST)
@@ -458,30 +467,39 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	if (ent && (out->actions & FP_ACT_RING_ENTRY)) {
 		if ((out->actions & FP_ACT_BROADCAST) && in->type == FP_CLIENT_REQUEST)
 			wr_stamp(ctx, in->len, now);
-		ent->h.kind = WR_REC_ENTRY;
-		ent->h.flags = in->flags;
-		ent->h.len = in->len;
-		ent->h.index = out->entry_index;
-		ent->h.term = out->entry_term;
-		ent->h.from = in->from;
-		ent->h.seq = in->seq;
-		ent->h.src_ip = 0;
-		ent->h.src_port = 0;
-		ent->h.reserved = 0;
+		eh = ent;
+		eh->kind = WR_REC_ENTRY;
+		eh->flags = in->flags;
+		eh->len = in->len;
+		eh->index = out->entry_index;
+		eh->term = out->entry_term;
+		eh->from = in->from;
+		eh->seq = in->seq;
+		eh->src_ip = 0;
+		eh->src_port = 0;
+		eh->reserved = 0;
 		if (in->type == FP_CLIENT_REQUEST) {
 			if (!from_self) {
-				ent->h.src_ip = src_ip;
-				ent->h.src_port = src_port;
+				eh->src_ip = src_ip;
+				eh->src_port = src_port;
 			}
 			wr_remember(ctx, out->entry_index, out->entry_term, in, now, !from_self);
 		}
 		/* Both bounds after the barrier, as 64-bit compares: the verifier must see
-		 * n in [1, FP_MAX_PAYLOAD] on the register it is passed in. */
+		 * n in [1, the record's payload size] on the register it is passed in. A
+		 * payload that does not fit (never: the size was chosen by it) is left out. */
 		n = in->len;
 		WR_BARRIER_VAR(n);
-		if (n > 0 && n <= FP_MAX_PAYLOAD &&
-		    bpf_xdp_load_bytes(ctx, WR_PAYLOAD_OFF, ent->payload, n))
-			ent->h.len = 0;
+		if (small) {
+			if (n > 0 && (n > WR_SMALL_PAYLOAD ||
+				      bpf_xdp_load_bytes(ctx, WR_PAYLOAD_OFF,
+							 ((struct wr_rec_small *)ent)->payload, n)))
+				eh->len = 0;
+		} else if (n > 0 && (n > FP_MAX_PAYLOAD ||
+				     bpf_xdp_load_bytes(ctx, WR_PAYLOAD_OFF,
+							((struct wr_rec_entry *)ent)->payload, n))) {
+			eh->len = 0;
+		}
 	}
 
 	/* The verdict. */

@@ -3,10 +3,11 @@
  * The log ring's record layout (docs/dataplane.md "Ring records"), shared by
  * the XDP program and its loader (src/xdp.rs parses the same bytes).
  *
- * Every invocation that may produce records reserves one entry record
- * (WR_RING_ENTRY_SIZE bytes, a constant because bpf_ringbuf_reserve needs
- * one) and one commit record before the handler runs, then submits or
- * discards each. Records reach user space in reservation order, so an entry
+ * Every invocation that may produce records reserves one entry record and
+ * one commit record before the handler runs, then submits or discards each.
+ * bpf_ringbuf_reserve needs a constant size, so an entry record comes in two
+ * sizes: WR_RING_SMALL_SIZE for a payload of at most WR_SMALL_PAYLOAD bytes
+ * (a client's request, a small batch), WR_RING_ENTRY_SIZE otherwise. Records reach user space in reservation order, so an entry
  * is always seen before the commit produced by the same packet.
  */
 #ifndef WAVERUNNER_BPF_RING_H
@@ -23,15 +24,18 @@
 /*
  * One BPF ring buffer (bytes, a power of two, a multiple of the page size).
  * A record costs its size rounded up to 8 plus an 8-byte ring header: an
- * entry 1456 bytes, a commit 56, so 8 MiB hold at least 5548 entries each
- * with its commit record (more than RING_CAPACITY = 4096 in flight).
+ * entry 1456 bytes (264 small), a commit 56, so 8 MiB hold at least 5548
+ * entries each with its commit record (more than RING_CAPACITY = 4096 in
+ * flight), and 26 214 small ones: half a second of a follower's host stalled
+ * at 50 000 small writes a second, where the large size held a tenth of it
+ * and the followers' rings overflowed under 50 closed-loop native writers.
  */
 #define WR_RING_BYTES (8u << 20)
 
 /*
  * The ring a leader's admission control counts against (fp_shed_inline's
  * ring_size): it sheds clients' requests once a quarter of this, 256 KiB or
- * about 1 100 small entries with their commits, waits for its host. The
+ * 819 small entries with their commits (173 large ones), waits for its host. The
  * whole ring is for followers, whose hosts may fall behind for longer; a
  * leader that admitted until 2 MiB waited ran its host 150 ms and more behind
  * at twice the peak load, too late to retransmit a lost append in time.
@@ -58,6 +62,16 @@ struct wr_rec_entry {
 
 #define WR_RING_ENTRY_SIZE sizeof(struct wr_rec_entry)
 
+/* An entry record whose payload is at most WR_SMALL_PAYLOAD bytes. */
+#define WR_SMALL_PAYLOAD 208
+
+struct wr_rec_small {
+	struct wr_rec_hdr h;
+	__u8 payload[WR_SMALL_PAYLOAD];
+};
+
+#define WR_RING_SMALL_SIZE sizeof(struct wr_rec_small)
+
 /*
  * Wake-ups (docs/dataplane.md "Ring wake-ups"). Records are submitted with
  * BPF_RB_NO_WAKEUP: the kernel's own rule wakes the reader for every record
@@ -80,5 +94,7 @@ _Static_assert(sizeof(struct wr_rec_hdr) == 48, "ring record header is 48 bytes"
 _Static_assert(sizeof(struct wr_rec_wake) == 8, "wake record is 8 bytes");
 _Static_assert(__builtin_offsetof(struct wr_rec_hdr, src_ip) == 40, "src_ip @40");
 _Static_assert(__builtin_offsetof(struct wr_rec_entry, payload) == 48, "payload @48");
+_Static_assert(__builtin_offsetof(struct wr_rec_small, payload) == 48, "small payload @48");
+_Static_assert(sizeof(struct wr_rec_small) == 256, "a small entry record is 256 bytes");
 
 #endif /* WAVERUNNER_BPF_RING_H */

@@ -257,6 +257,34 @@ pub trait DataPlane: Send {
 
     /// Called by the replica every tick (XDP refreshes the clock offset it stamps with).
     fn tick(&self) {}
+
+    /// Follower: when the handler last took an append from the network into the log
+    /// ([`monotonic_ns`]; 0: never). The data plane goes on taking appends while the host
+    /// is stopped or starved, and the appends it took prove the leader alive when they came:
+    /// the host counts the ticks it missed before this time before it feeds them, the rest
+    /// after (`docs/dataplane.md` "A starved host").
+    fn leader_heard_ns(&self) -> u64 {
+        0
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the XDP program's `bpf_ktime_get_ns()`, and the clock
+/// of [`Instant`](std::time::Instant) on Linux.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The [`Instant`](std::time::Instant) of [`monotonic_ns`] time `ns` (now, if `ns` is later).
+pub fn instant_at(ns: u64) -> std::time::Instant {
+    let (now, now_ns) = (std::time::Instant::now(), monotonic_ns());
+    now.checked_sub(std::time::Duration::from_nanos(now_ns.saturating_sub(ns)))
+        .unwrap_or(now)
 }
 
 /// A boxed data plane is one: the node chooses xdp or udp at start.

@@ -146,6 +146,9 @@ struct Shared {
     /// Follower: appends at most this far ahead of the log go to the host to be held
     /// ([`fp::ahead`]; see [`UdpDataPlane::set_reorder_window`]).
     reorder_window: AtomicU32,
+    /// Follower: when the handler last took an append from the wire ([`crate::monotonic_ns`];
+    /// 0: never).
+    heard_ns: AtomicU64,
 }
 
 /// The user-space data plane: the C handler in a dedicated busy-polling thread (module docs).
@@ -199,6 +202,7 @@ impl UdpDataPlane {
             counters: AtomicCounters::default(),
             latency: (0..HIST_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             reorder_window: AtomicU32::new(fp::REORDER_WINDOW),
+            heard_ns: AtomicU64::new(0),
         });
         let sock = Arc::new(sock);
         let (tx, rx) = mpsc::channel();
@@ -219,7 +223,6 @@ impl UdpDataPlane {
             regs: *shared.regs.lock().expect("registers lock"),
             peers: Vec::new(),
             table: vec![Slot::default(); RING_CAPACITY],
-            base: Instant::now(),
             pending: Vec::new(),
             out: OutQueue::default(),
             delta: Counters::default(),
@@ -331,6 +334,10 @@ impl DataPlane for UdpDataPlane {
 
     fn counters(&self) -> Counters {
         self.shared.counters.get()
+    }
+
+    fn leader_heard_ns(&self) -> u64 {
+        self.shared.heard_ns.load(Ordering::Relaxed)
     }
 
     fn latency(&self) -> LatencyHistogram {
@@ -631,7 +638,6 @@ struct Worker {
     regs: fp::Registers,
     peers: Vec<(u64, SocketAddrV4)>,
     table: Vec<Slot>,
-    base: Instant,
     /// Ring records of the current batch, published at its end.
     pending: Vec<RingRecord>,
     out: OutQueue,
@@ -640,7 +646,7 @@ struct Worker {
     dirty: bool,
     /// The handler halted in this batch (the host is woken to notice it).
     halted: bool,
-    /// Clock of the current batch.
+    /// Clock of the current batch ([`crate::monotonic_ns`]).
     now_ns: u64,
     /// Follower: when an append past the hold window last reached the gap rule.
     gap_pass_ns: u64,
@@ -754,7 +760,7 @@ impl Worker {
     }
 
     fn begin_batch(&mut self) {
-        self.now_ns = self.base.elapsed().as_nanos() as u64;
+        self.now_ns = crate::monotonic_ns();
         self.now_ms = wall_ms();
     }
 
@@ -853,6 +859,10 @@ impl Worker {
         let out = fp::handle(&mut self.regs, &hdr);
         self.dirty = true;
         let a = out.actions;
+        // The leader was alive then, whenever the host gets to it (a starved host's ticks).
+        if hdr.kind == fp::APPEND && !pushed && a.contains(fp::Actions::RING_ENTRY) {
+            self.shared.heard_ns.store(self.now_ns, Ordering::Relaxed);
+        }
 
         // The entry's data: at the leader, stamped with its clock before it is broadcast.
         let mut data: Option<Vec<u8>> = None;

@@ -253,6 +253,13 @@ impl XdpProgram {
         en.store(regs.enabled, Ordering::SeqCst);
     }
 
+    /// Follower: when the program last took an append from the wire into the log
+    /// (`bpf_ktime_get_ns()`, [`crate::monotonic_ns`]; 0: never).
+    pub fn heard_ns(&self) -> u64 {
+        // SAFETY: aligned u64 in the mapped .bss.
+        unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.bss).heard_ns)) }
+    }
+
     /// The registers now (a racy copy while the program runs).
     pub fn read_registers(&self) -> fp::Registers {
         fence(Ordering::SeqCst);
@@ -1137,5 +1144,9 @@ impl DataPlane for XdpDataPlane {
 
     fn tick(&self) {
         self.prog.refresh_clock();
+    }
+
+    fn leader_heard_ns(&self) -> u64 {
+        self.prog.heard_ns()
     }
 }

@@ -738,11 +738,19 @@ fn udp_follower_receives_multicast_appends() {
     };
     let mut b = Vec::new();
     h.encode(&payload, &mut b);
+    assert_eq!(f.dp.leader_heard_ns(), 0, "nothing taken yet");
+    let t0 = waverunner_dataplane::monotonic_ns();
     leader
         .send_to(&b, SocketAddrV4::new(group, f.addr().port()))
         .unwrap();
     f.drain_until("the multicast append", |r| last_entry(r) == BASE + 1);
     assert_eq!(f.entries()[0].payload, payload);
+    // When it took the append (the host counts a starved loop's ticks from there).
+    let heard = f.dp.leader_heard_ns();
+    assert!(
+        (t0..=waverunner_dataplane::monotonic_ns()).contains(&heard),
+        "heard at {heard}, sent after {t0}"
+    );
     let (from, ack) = recv(&leader, WAIT).expect("an ack back to the leader");
     assert_eq!(
         from,

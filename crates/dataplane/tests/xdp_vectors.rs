@@ -382,22 +382,81 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
         entries, ordered,
         "every request before the shed one was ordered"
     );
-    // 1456 + 56 ring bytes a request (an entry record has a constant size): shed past
-    // 256 KiB. With the whole ring as the budget it was 1 388 (2 MiB): a leader host about
-    // 150 ms behind at twice the peak load, too late to retransmit a lost append in time.
+    // A small request's entry record takes 256 + 8 ring bytes, its commit 48 + 8: shed past
+    // 256 KiB. With one record size for every entry (1456 + 56) it was 174; with the whole
+    // ring as the budget, 1 388 of those (2 MiB): a leader host about 150 ms behind at twice
+    // the peak load, too late to retransmit a lost append in time.
     assert_eq!(
         ordered,
-        (256 << 10) / (1456 + 56) + 1,
-        "ordered before the shed"
+        (256 << 10) / (264 + 56) + 1,
+        "small requests ordered before the shed"
     );
-    // Drained: ordered again.
-    let run = prog
-        .test_run(&client_request(seq + 1, 0, 0, 0))
-        .expect("run");
-    assert_ne!(run.verdict, XDP_DROP);
-    assert_eq!(prog.counters().shed, shed + 1);
+    // Drained: ordered again. Requests too large for a small record take a large one, their
+    // payload whole: fewer fit the same share.
+    std::thread::sleep(std::time::Duration::from_nanos(
+        2 * BUSY_BURST * BUSY_EVERY_NS,
+    ));
+    let big = |seq: u64| {
+        use waverunner_fastpath::{payload::Envelope, Header, CLIENT_REQUEST};
+        let payload = Envelope {
+            origin: 0,
+            req: 0,
+            client: 9,
+            seq,
+            now_ms: 0,
+            command: vec![b'v'; 1000],
+        }
+        .encode();
+        let h = Header {
+            kind: CLIENT_REQUEST,
+            len: payload.len() as u16,
+            from: 9,
+            seq,
+            ..Header::new(1)
+        };
+        let mut b = Vec::new();
+        h.encode(&payload, &mut b);
+        (frame_from_peer(&b), payload)
+    };
+    let mut large = 0u64;
+    let mut sent = Vec::new();
+    loop {
+        seq += 1;
+        let (frame, payload) = big(seq);
+        let run = prog.test_run(&frame).expect("run");
+        if prog.counters().shed == shed + 2 {
+            check_busy(&run, seq, 0, "ring a quarter full of large records");
+            break;
+        }
+        assert_ne!(run.verdict, XDP_DROP, "a large request ordered");
+        sent.push(payload);
+        large += 1;
+        assert!(large < 5_000, "never shed");
+    }
+    assert_eq!(
+        large,
+        (256 << 10) / (1456 + 56) + 1,
+        "large requests ordered"
+    );
+    records.clear();
+    prog.drain(&mut records);
+    let got: Vec<&Vec<u8>> = records
+        .iter()
+        .filter_map(|r| match r {
+            RingRecord::Entry(e) => Some(&e.payload),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got.len(), sent.len());
+    for (g, s) in got.iter().zip(&sent) {
+        // The leader stamps its clock into the envelope: compare around it.
+        assert_eq!(g.len(), s.len(), "a large payload whole");
+        assert_eq!(&g[..33], &s[..33]);
+        assert_eq!(&g[41..], &s[41..]);
+    }
     eprintln!(
-        "xdp shedding: {ordered} requests ordered before the ring passed the admission share"
+        "xdp shedding: {ordered} small and {large} large requests ordered before the ring \
+         passed the admission share"
     );
 }
 
@@ -454,4 +513,45 @@ fn xdp_follower_past_its_window_lets_one_append_a_while_reach_the_gap_rule() {
     std::thread::sleep(std::time::Duration::from_nanos(GAP_PASS_NS));
     prog.test_run(&append(200)).expect("run");
     assert_eq!(prog.read_registers().gap_count, 2);
+}
+
+/// A follower's program records when it last took an append from the wire into the log (the
+/// host counts a starved loop's ticks from there); a dropped append leaves the time alone.
+#[test]
+fn xdp_follower_records_when_it_last_took_an_append() {
+    if !root_or_skip("xdp_follower_records_when_it_last_took_an_append") {
+        return;
+    }
+    use waverunner_dataplane::monotonic_ns;
+    use waverunner_fastpath::{Header, APPEND};
+    let prog = load(b"");
+    prog.write_registers(&Registers {
+        self_id: 2,
+        is_leader: 0,
+        ..leader_regs(&[1, 2, 3])
+    });
+    let append = |prev: u64| {
+        let h = Header {
+            kind: APPEND,
+            len: 3,
+            term: 2,
+            from: 1,
+            index: prev,
+            log_term: 2,
+            ..Header::new(1)
+        };
+        let mut b = Vec::new();
+        h.encode(b"abc", &mut b);
+        frame_from_peer(&b)
+    };
+    assert_eq!(prog.heard_ns(), 0, "nothing taken yet");
+    let t0 = monotonic_ns();
+    prog.test_run(&append(5)).expect("run");
+    let t1 = monotonic_ns();
+    assert_eq!(prog.read_registers().last_index, 6, "taken");
+    let heard = prog.heard_ns();
+    assert!((t0..=t1).contains(&heard), "{t0} <= {heard} <= {t1}");
+    // A duplicate is dropped: the time stays.
+    prog.test_run(&append(4)).expect("run");
+    assert_eq!(prog.heard_ns(), heard);
 }

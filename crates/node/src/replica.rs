@@ -842,8 +842,21 @@ impl<S: StateMachine> Replica<S> {
         };
         // Appends the data plane took while this loop was starved are on the ring: feed them
         // first, so a follower's election timer counts from the last one it really got rather
-        // than from before the stall.
-        if self.dp.is_some() {
+        // than from before the stall. The ticks due before that last one are not counted: the
+        // ring proves the leader alive then, and Raft's timer restarts at every append (counted
+        // after the feed, a follower stopped or starved 150 ms or more while its data plane took
+        // the appends timed out a live leader, and the data plane handed off).
+        if let Some(d) = self.dp.as_ref() {
+            let heard = d.plane.leader_heard_ns();
+            if heard != 0 && self.raft.role() == Role::Follower {
+                let skipped = replay.before(at(waverunner_dataplane::instant_at(heard)));
+                if skipped > 0 {
+                    tracing::debug!(
+                        "node {}: {skipped} ticks before the data plane's last append not counted",
+                        self.cfg.id
+                    );
+                }
+            }
             self.on_ring();
         }
         // A stall (this loop applied a large value, the machine was busy, the process was
