@@ -1339,6 +1339,12 @@ impl Raft {
     ///   ReadIndex context. Followers get them late or more than once, as a slow network
     ///   delivers ordinary heartbeats (the simulator's duplication and delay); they confirm no
     ///   read.
+    /// - a leader whose data plane is on: a liveness-only heartbeat ([`KEEPALIVE_CONTEXT`],
+    ///   commit 0) to each follower, which restarts its election timer and leaves its data
+    ///   plane on (`dataplane_trigger`). A leader's data plane stops ordering, and so sends
+    ///   no appends, once its stalled host falls a quarter ring behind (`fp_shed_inline`):
+    ///   without it, followers timed out a live leader 100 ms into a stall and the data plane
+    ///   handed off (50 closed-loop native writers on two CPUs, `docs/dataplane.md`).
     /// - a follower that knows its leader: a liveness-only acknowledgement
     ///   ([`KEEPALIVE_CONTEXT`]), which keeps the leader's check-quorum from stepping down but
     ///   renews no lease and answers no read: the stalled loop may already be granting a vote.
@@ -1368,6 +1374,20 @@ impl Raft {
                     })
                     .collect()
             }
+            Role::Leader if matches!(self.dp.state, DataPlaneState::On { .. }) => self
+                .prs
+                .keys()
+                .filter(|&&id| id != self.cfg.id)
+                .map(|&id| {
+                    msg(
+                        id,
+                        MessageBody::Heartbeat {
+                            commit: 0,
+                            context: KEEPALIVE_CONTEXT.to_vec(),
+                        },
+                    )
+                })
+                .collect(),
             Role::Follower if self.leader != 0 && self.leader != self.cfg.id => vec![msg(
                 self.leader,
                 MessageBody::HeartbeatResponse {

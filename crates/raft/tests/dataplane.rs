@@ -494,6 +494,62 @@ fn a_follower_holding_the_leaders_appends_does_not_time_out() {
     );
 }
 
+/// A leader whose data plane is on and whose host is stalled sends no appends (its data
+/// plane stops ordering once the host falls behind), but its keepalive thread sends
+/// liveness-only heartbeats: each restarts a follower's election timer, leaves its data plane
+/// on and its commit index alone, and is answered liveness-only.
+#[test]
+fn a_stalled_accelerated_leaders_keepalive_heartbeats_keep_followers_on() {
+    let mut net = enabled();
+    let ka = net.r(1).keepalive_messages();
+    assert_eq!(ka.len(), 2, "one to each follower: {ka:?}");
+    for m in &ka {
+        assert!(
+            matches!(&m.body, MessageBody::Heartbeat { commit: 0, context } if context == KEEPALIVE_CONTEXT),
+            "{m:?}"
+        );
+    }
+    let commit = net.r(2).commit_index();
+    net.isolate(1);
+    // Ten election timeouts with a keepalive every tick and nothing else: no disable.
+    for _ in 0..200 {
+        net.tick_only(&[2], 1);
+        let to2 = net
+            .r(1)
+            .keepalive_messages()
+            .into_iter()
+            .find(|m| m.to == 2);
+        net.rm(2).step(to2.expect("to 2")).expect("a keepalive");
+        assert_eq!(net.r(2).dataplane_state(), DataPlaneState::On { term: 2 });
+    }
+    assert_eq!(
+        (net.r(2).role(), net.r(2).commit_index()),
+        (Role::Follower, commit)
+    );
+    let answers = net.node(2).handle_ready();
+    assert!(
+        answers.iter().all(|m| matches!(
+            &m.body,
+            MessageBody::HeartbeatResponse { context } if context == KEEPALIVE_CONTEXT
+        )),
+        "{answers:?}"
+    );
+    // Without them the timer runs out as before.
+    let mut disabled = false;
+    for _ in 0..40 {
+        net.tick_only(&[2], 1);
+        if net.r(2).dataplane_state()
+            == (DataPlaneState::Disabling {
+                reason: DisableReason::ElectionTimeout,
+            })
+        {
+            disabled = true;
+            break;
+        }
+    }
+    assert!(disabled);
+}
+
 #[test]
 fn leader_check_quorum_while_on_disables_then_steps_down() {
     let mut net = enabled();
