@@ -655,14 +655,10 @@ fn udp_membership_change_keeps_acceleration() {
 // Network namespaces (root)
 // ---------------------------------------------------------------------------------------------
 
-fn netns_cluster(dataplane: &str) {
-    if !have_root(&format!("--dataplane {dataplane} in network namespaces")) {
-        return;
-    }
-    let _lock = cluster_lock();
-    let dir = cli_harness::unique_dir(&format!("dp-netns-{}", dataplane.replace(',', "-")));
-    let _down = up(
-        &dir,
+/// `waverunner up` of 3 replicas in namespaces with `dataplane`, memory durability.
+fn up_netns(dir: &Path, dataplane: &str) -> Down {
+    up(
+        dir,
         &[
             "--nodes",
             "3",
@@ -673,7 +669,16 @@ fn netns_cluster(dataplane: &str) {
             "--durability",
             "memory",
         ],
-    );
+    )
+}
+
+fn netns_cluster(dataplane: &str) {
+    if !have_root(&format!("--dataplane {dataplane} in network namespaces")) {
+        return;
+    }
+    let _lock = cluster_lock();
+    let dir = cli_harness::unique_dir(&format!("dp-netns-{}", dataplane.replace(',', "-")));
+    let _down = up_netns(&dir, dataplane);
     let sts = wait_enabled(&up_nodes(&dir).admin);
     let kinds: BTreeMap<u64, String> = sts.iter().map(|s| (s.id, s.dataplane.clone())).collect();
     let want: Vec<&str> = dataplane.split(',').collect();
@@ -712,19 +717,7 @@ fn netns_xdp_follower_stopped_while_its_data_plane_appends_keeps_the_term() {
     let _lock = cluster_lock();
     let dir = cli_harness::unique_dir("dp-xdp-stopped");
     let d = dir.display().to_string();
-    let _down = up(
-        &dir,
-        &[
-            "--nodes",
-            "3",
-            "--netns",
-            "on",
-            "--dataplane",
-            "xdp",
-            "--durability",
-            "memory",
-        ],
-    );
+    let _down = up_netns(&dir, "xdp");
     let n = up_nodes(&dir);
     let before = wait_enabled(&n.admin);
     let leader = leader_of(&before);

@@ -840,31 +840,10 @@ fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
     );
     // Busy replies while their ration lasts, the rest dropped unanswered; one more after a
     // while.
-    let own = |seq: u64| {
-        let payload = Envelope {
-            origin: 0,
-            req: 0,
-            client: 9,
-            seq,
-            now_ms: 0,
-            command: b"SET a b".to_vec(),
-        }
-        .encode();
-        let h = Header {
-            kind: fp::CLIENT_REQUEST,
-            len: payload.len() as u16,
-            from: 9,
-            seq,
-            ..Header::new(u64::from(GROUP))
-        };
-        let mut b = Vec::new();
-        h.encode(&payload, &mut b);
-        b
-    };
     let sent = 4 * fp::BUSY_BURST;
     let t0 = Instant::now();
     for seq in 0..sent {
-        client.send_to(&own(100 + seq), n.addr()).unwrap();
+        client.send_to(&request(9, 100 + seq, 0), n.addr()).unwrap();
     }
     let mut answered = 0;
     while let Some((_, reply)) = recv(&client, Duration::from_millis(300)) {

@@ -230,6 +230,17 @@ fn xdp_handler_vectors() {
 
 /// A client request frame from the peer: an envelope from replica `origin` (request `req`).
 fn client_request(seq: u64, origin: u64, req: u64, flags: u16) -> Vec<u8> {
+    client_request_of(seq, origin, req, flags, b"SET a b").0
+}
+
+/// A client's request carrying `command`, as a frame from the peer, and its payload.
+fn client_request_of(
+    seq: u64,
+    origin: u64,
+    req: u64,
+    flags: u16,
+    command: &[u8],
+) -> (Vec<u8>, Vec<u8>) {
     use waverunner_fastpath::{payload::Envelope, Header, CLIENT_REQUEST};
     let payload = Envelope {
         origin,
@@ -237,7 +248,7 @@ fn client_request(seq: u64, origin: u64, req: u64, flags: u16) -> Vec<u8> {
         client: 9,
         seq,
         now_ms: 0,
-        command: b"SET a b".to_vec(),
+        command: command.to_vec(),
     }
     .encode();
     let h = Header {
@@ -250,7 +261,33 @@ fn client_request(seq: u64, origin: u64, req: u64, flags: u16) -> Vec<u8> {
     };
     let mut b = Vec::new();
     h.encode(&payload, &mut b);
+    (frame_from_peer(&b), payload)
+}
+
+/// A follower's append of `b"abc"` after entry `prev` of term 2, from leader 1.
+fn follower_append(prev: u64) -> Vec<u8> {
+    use waverunner_fastpath::{Header, APPEND};
+    let h = Header {
+        kind: APPEND,
+        len: 3,
+        term: 2,
+        from: 1,
+        index: prev,
+        log_term: 2,
+        ..Header::new(1)
+    };
+    let mut b = Vec::new();
+    h.encode(b"abc", &mut b);
     frame_from_peer(&b)
+}
+
+/// Follower 2 of the leader's group, term and log ([`leader_regs`]).
+fn follower_regs() -> Registers {
+    Registers {
+        self_id: 2,
+        is_leader: 0,
+        ..leader_regs(&[1, 2, 3])
+    }
 }
 
 /// A leader's registers (self 1, group 1, term 2) over `voters`, everything committed at 5.
@@ -396,28 +433,7 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
     std::thread::sleep(std::time::Duration::from_nanos(
         2 * BUSY_BURST * BUSY_EVERY_NS,
     ));
-    let big = |seq: u64| {
-        use waverunner_fastpath::{payload::Envelope, Header, CLIENT_REQUEST};
-        let payload = Envelope {
-            origin: 0,
-            req: 0,
-            client: 9,
-            seq,
-            now_ms: 0,
-            command: vec![b'v'; 1000],
-        }
-        .encode();
-        let h = Header {
-            kind: CLIENT_REQUEST,
-            len: payload.len() as u16,
-            from: 9,
-            seq,
-            ..Header::new(1)
-        };
-        let mut b = Vec::new();
-        h.encode(&payload, &mut b);
-        (frame_from_peer(&b), payload)
-    };
+    let big = |seq: u64| client_request_of(seq, 0, 0, 0, &[b'v'; 1000]);
     let mut large = 0u64;
     let mut sent = Vec::new();
     loop {
@@ -468,29 +484,12 @@ fn xdp_follower_past_its_window_lets_one_append_a_while_reach_the_gap_rule() {
     if !root_or_skip("xdp_follower_past_its_window_lets_one_append_a_while_reach_the_gap_rule") {
         return;
     }
-    use waverunner_fastpath::{Header, APPEND, GAP_PASS_NS};
+    use waverunner_fastpath::GAP_PASS_NS;
     let prog = load(b"");
     prog.set_reorder_window(4);
     // Follower 2 of the same group, term and log.
-    prog.write_registers(&Registers {
-        self_id: 2,
-        is_leader: 0,
-        ..leader_regs(&[1, 2, 3])
-    });
-    let append = |prev: u64| {
-        let h = Header {
-            kind: APPEND,
-            len: 3,
-            term: 2,
-            from: 1,
-            index: prev,
-            log_term: 2,
-            ..Header::new(1)
-        };
-        let mut b = Vec::new();
-        h.encode(b"abc", &mut b);
-        frame_from_peer(&b)
-    };
+    prog.write_registers(&follower_regs());
+    let append = follower_append;
     let t0 = std::time::Instant::now();
     let verdicts: Vec<u32> = (0..40)
         .map(|i| prog.test_run(&append(100 + i)).expect("run").verdict)
@@ -523,27 +522,9 @@ fn xdp_follower_records_when_it_last_took_an_append() {
         return;
     }
     use waverunner_dataplane::monotonic_ns;
-    use waverunner_fastpath::{Header, APPEND};
     let prog = load(b"");
-    prog.write_registers(&Registers {
-        self_id: 2,
-        is_leader: 0,
-        ..leader_regs(&[1, 2, 3])
-    });
-    let append = |prev: u64| {
-        let h = Header {
-            kind: APPEND,
-            len: 3,
-            term: 2,
-            from: 1,
-            index: prev,
-            log_term: 2,
-            ..Header::new(1)
-        };
-        let mut b = Vec::new();
-        h.encode(b"abc", &mut b);
-        frame_from_peer(&b)
-    };
+    prog.write_registers(&follower_regs());
+    let append = follower_append;
     assert_eq!(prog.heard_ns(), 0, "nothing taken yet");
     let t0 = monotonic_ns();
     prog.test_run(&append(5)).expect("run");
