@@ -265,8 +265,9 @@ fn overload_is_a_state_not_an_election() {
 }
 
 /// The user-space data plane: none in 18 phases measured (`docs/chaos.md` "Overload"), none
-/// in 24 more of this test's build (2026-11-28), none in 18 more since the busy replies are
-/// rationed; a follower that loses an append holds the later ones until it is retransmitted.
+/// in 24 more of this test's build (2026-11-28), none in 84 more since the busy replies are
+/// rationed (and 51 more of release builds); a follower that loses an append holds the later
+/// ones until it is retransmitted.
 /// At most one term change here (never a new leader), where the machine may be busier than
 /// when measured.
 #[test]
@@ -277,8 +278,10 @@ fn overload_with_the_udp_data_plane_is_a_state() {
 /// The XDP data plane: the same. Measured: none in 17 runs (49 phases) since the store frees
 /// what snapshot views kept on its own loop and queued packets are stepped before the ticks
 /// (`docs/chaos.md` "Overload"); before those, 2 in 19 phases, and 7–10 a run on seed 7 before
-/// the shedding. This test's own build (2026-11-28): one in 48 phases, then none in 18 since
-/// the busy replies are rationed. At most one here (never a new leader).
+/// the shedding. This test's own build (2026-11-28): one in 48 phases, then none in 84 since
+/// the busy replies are rationed (one in 51 of release builds, before a starved follower's
+/// ticks were counted from its data plane's last append). At most one here (never a new
+/// leader).
 #[test]
 fn overload_with_the_xdp_data_plane_is_a_state() {
     overload("xdp", 1);
