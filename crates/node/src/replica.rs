@@ -189,6 +189,29 @@ impl KeepAlive {
 /// measured is about 0.4 s (a follower starved on two CPUs under 50 closed-loop writers).
 pub const KEEPALIVE_MAX_STALL: Duration = Duration::from_secs(2);
 
+/// What the keepalive thread does next, `now_ms` after the loop's last tick (or the end of its
+/// idle sleep) at `last_ms`.
+#[derive(Debug, PartialEq, Eq)]
+enum KeepaliveStep {
+    /// No stall yet: sleep this many milliseconds, until one could first be seen.
+    Wait(u64),
+    /// A stall that is not a failure: send what the core allows.
+    Send,
+    /// Stalled past [`KEEPALIVE_MAX_STALL`]: stuck, not busy; say nothing.
+    Quiet,
+}
+
+fn keepalive_step(now_ms: u64, last_ms: u64, tick: Duration) -> KeepaliveStep {
+    let stale = 2 * tick.as_millis() as u64;
+    if now_ms < last_ms + stale {
+        KeepaliveStep::Wait((last_ms + stale - now_ms).clamp(1, 2 * stale))
+    } else if now_ms > last_ms + KEEPALIVE_MAX_STALL.as_millis() as u64 {
+        KeepaliveStep::Quiet
+    } else {
+        KeepaliveStep::Send
+    }
+}
+
 /// Sends what the Raft core allows while the loop has not ticked for more than two ticks (it
 /// applies a large value, or the machine is busy): a leader's heartbeats, a follower's
 /// liveness-only answer ([`Raft::keepalive_messages`]), so nobody campaigns or steps down
@@ -200,7 +223,6 @@ pub fn run_keepalive(
     tick: Duration,
     stop: Arc<Stop>,
 ) {
-    let stale = 2 * tick.as_millis() as u64;
     while !stop.is_set() {
         // Wakes when a stall could first be seen: two ticks after the loop's last tick, or
         // after the end of its idle sleep (an idle leader's loop sleeps until its heartbeat).
@@ -208,15 +230,16 @@ pub fn run_keepalive(
             .last_tick_ms
             .load(Ordering::Relaxed)
             .max(ka.idle_until_ms.load(Ordering::Relaxed));
-        let now = ka.now_ms();
-        if now < last + stale {
-            let ms = (last + stale - now).clamp(1, 2 * stale);
-            stop.sleep(Duration::from_millis(ms));
-            continue;
-        }
-        if now > last + KEEPALIVE_MAX_STALL.as_millis() as u64 {
-            stop.sleep(2 * tick);
-            continue;
+        match keepalive_step(ka.now_ms(), last, tick) {
+            KeepaliveStep::Wait(ms) => {
+                stop.sleep(Duration::from_millis(ms));
+                continue;
+            }
+            KeepaliveStep::Quiet => {
+                stop.sleep(2 * tick);
+                continue;
+            }
+            KeepaliveStep::Send => {}
         }
         let msgs = ka.msgs.lock().expect("keepalive").clone();
         for m in msgs {
@@ -2068,6 +2091,29 @@ impl<S: StateMachine> ReadyIo for Replica<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The keepalive thread waits until the loop missed two ticks, speaks for it through a
+    /// stall, and goes quiet once the stall passes `KEEPALIVE_MAX_STALL` (stuck, not busy), so
+    /// that followers elect another leader.
+    #[test]
+    fn keepalive_speaks_for_a_stalled_loop_but_not_for_a_stuck_one() {
+        let tick = Duration::from_millis(10);
+        let max = KEEPALIVE_MAX_STALL.as_millis() as u64;
+        assert_eq!(keepalive_step(1_000, 1_000, tick), KeepaliveStep::Wait(20));
+        assert_eq!(keepalive_step(1_019, 1_000, tick), KeepaliveStep::Wait(1));
+        assert_eq!(keepalive_step(1_020, 1_000, tick), KeepaliveStep::Send);
+        assert_eq!(keepalive_step(1_400, 1_000, tick), KeepaliveStep::Send);
+        assert_eq!(
+            keepalive_step(1_000 + max, 1_000, tick),
+            KeepaliveStep::Send
+        );
+        assert_eq!(
+            keepalive_step(1_001 + max, 1_000, tick),
+            KeepaliveStep::Quiet
+        );
+        // The loop ticks again: it waits, then speaks for the next stall.
+        assert_eq!(keepalive_step(5_000, 4_995, tick), KeepaliveStep::Wait(15));
+    }
 
     /// The front-ends admit at most `MAX_ADMITTED` requests: the next is refused busy at once,
     /// without reaching the loop's queue, and an answer makes room again.
