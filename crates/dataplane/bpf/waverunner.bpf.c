@@ -454,7 +454,7 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	group = sc->group_id;
 
 	/* The leader was alive then, whenever the host gets to it (a starved host's ticks). */
-	if (in->type == FP_APPEND && !from_self && (out->actions & FP_ACT_RING_ENTRY))
+	if (fp_took_append_inline(in, from_self, out->actions))
 		heard_ns = now;
 	if (out->actions & FP_ACT_HALT)
 		cnt->halts++;

@@ -841,8 +841,14 @@ impl Worker {
             RING_CAPACITY as u64,
         ) {
             self.delta.shed += 1;
-            if fp::busy_answer(self.now_ns, &mut self.busy_tat_ns) {
-                let (reply, body) = fp::busy_reply(&self.regs, &hdr, payload);
+            let busy = fp::rationed_busy_reply(
+                &self.regs,
+                &hdr,
+                payload,
+                self.now_ns,
+                &mut self.busy_tat_ns,
+            );
+            if let Some((reply, body)) = busy {
                 let b = self.out.next(src);
                 b.extend_from_slice(&reply.to_bytes());
                 b.extend_from_slice(&body);
@@ -860,7 +866,7 @@ impl Worker {
         self.dirty = true;
         let a = out.actions;
         // The leader was alive then, whenever the host gets to it (a starved host's ticks).
-        if hdr.kind == fp::APPEND && !pushed && a.contains(fp::Actions::RING_ENTRY) {
+        if fp::took_append(&hdr, pushed, a) {
             self.shared.heard_ns.store(self.now_ns, Ordering::Relaxed);
         }
 

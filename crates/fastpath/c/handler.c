@@ -31,6 +31,11 @@ int fp_busy_answer(struct fp_busy_clock *c)
 	return fp_busy_answer_inline(c);
 }
 
+int fp_took_append(const struct fp_hdr *in, int from_self, __u32 actions)
+{
+	return fp_took_append_inline(in, from_self, actions);
+}
+
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out)
 {
 	return fp_parse(buf, len, out);

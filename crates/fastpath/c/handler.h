@@ -364,6 +364,18 @@ static __always_inline int fp_busy_answer_inline(struct fp_busy_clock *c)
 }
 
 /*
+ * Follower (docs/dataplane.md "A starved host"): whether the handler's run on
+ * `in` took an append from the wire into the log (`actions` its output's). The
+ * data plane records when: the leader was alive then, whenever the host gets
+ * to it, and a starved host does not count the ticks before.
+ */
+static __always_inline int fp_took_append_inline(const struct fp_hdr *in,
+						 int from_self, __u32 actions)
+{
+	return in->type == FP_APPEND && !from_self && (actions & FP_ACT_RING_ENTRY);
+}
+
+/*
  * Follower (docs/dataplane.md "Reordering"): whether an append goes to the host
  * to be held instead of through the handler's gap rule. The leader's handler
  * runs on several CPUs, so its appends may leave out of order, and one may be
@@ -442,6 +454,7 @@ int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self
 int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
 	     __u32 window, struct fp_gap_clock *c);
 int fp_busy_answer(struct fp_busy_clock *c);
+int fp_took_append(const struct fp_hdr *in, int from_self, __u32 actions);
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
 int fp_write_ffi(const struct fp_hdr *h, void *buf);
 

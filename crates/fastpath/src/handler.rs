@@ -331,6 +331,27 @@ pub fn busy_answer(now_ns: u64, tat_ns: &mut u64) -> bool {
     a != 0
 }
 
+/// Follower: whether [`handle`]'s run on `hdr`, whose output had `actions`, took an append
+/// from the wire into the log; the data plane records when (the C `fp_took_append`, the rule
+/// the XDP program applies).
+pub fn took_append(hdr: &Header, from_self: bool, actions: Actions) -> bool {
+    // SAFETY: a live `#[repr(C)]` mirror checked against the C struct; only read.
+    unsafe { crate::ffi::fp_took_append(hdr, i32::from(from_self), actions.0) != 0 }
+}
+
+/// After [`shed`]: the busy reply to `hdr` ([`busy_reply`]) if the ration lets it out
+/// ([`busy_answer`]), else `None` (the request is dropped unanswered). What the XDP program
+/// does with a request it sheds.
+pub fn rationed_busy_reply(
+    regs: &Registers,
+    hdr: &Header,
+    payload: &[u8],
+    now_ns: u64,
+    tat_ns: &mut u64,
+) -> Option<(Header, Vec<u8>)> {
+    busy_answer(now_ns, tat_ns).then(|| busy_reply(regs, hdr, payload))
+}
+
 /// The busy reply a leader sends for client request `hdr` (with `payload`) it sheds: a
 /// `CLIENT_REPLY` with status RETRY and body `busy`, its `seq`, and as `index` the request id
 /// of its envelope (0 if it is not one), so that a replica that forwarded it can tell which.
@@ -528,6 +549,27 @@ mod tests {
         assert!(!shed(&follower, &req, false, 4096, 4096));
         let off = Registers { enabled: 0, ..full };
         assert!(!shed(&off, &req, false, 4096, 4096));
+    }
+
+    #[test]
+    fn an_append_taken_from_the_wire_is_one_with_a_ring_entry() {
+        use crate::wire::{ACK, APPEND};
+        let app = Header {
+            kind: APPEND,
+            ..Header::new(1)
+        };
+        assert!(took_append(
+            &app,
+            false,
+            Actions::RING_ENTRY | Actions::REPLY
+        ));
+        assert!(
+            !took_append(&app, true, Actions::RING_ENTRY),
+            "the host's push"
+        );
+        assert!(!took_append(&app, false, Actions::DROP), "not taken");
+        let ack = Header { kind: ACK, ..app };
+        assert!(!took_append(&ack, false, Actions::RING_ENTRY));
     }
 
     #[test]

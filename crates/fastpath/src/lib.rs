@@ -31,9 +31,10 @@ mod wire;
 
 pub use ffi::{parse_c, write_c};
 pub use handler::{
-    ahead, busy_answer, busy_reply, handle, shed, Actions, Ahead, HaltReason, Output, BUSY_BURST,
-    BUSY_EVERY_NS, GAP_PASS_NS, HALT_LOG_MISMATCH, HALT_REJECT_RECEIVED, HALT_RETX_EXHAUSTED,
-    HALT_TERM_MISMATCH, HALT_UNKNOWN_PEER, REORDER_WINDOW, SHED_INFLIGHT, SHED_RING_SHARE,
+    ahead, busy_answer, busy_reply, handle, rationed_busy_reply, shed, took_append, Actions, Ahead,
+    HaltReason, Output, BUSY_BURST, BUSY_EVERY_NS, GAP_PASS_NS, HALT_LOG_MISMATCH,
+    HALT_REJECT_RECEIVED, HALT_RETX_EXHAUSTED, HALT_TERM_MISMATCH, HALT_UNKNOWN_PEER,
+    REORDER_WINDOW, SHED_INFLIGHT, SHED_RING_SHARE,
 };
 pub use registers::{Registers, MAX_NODES, MAX_RETX_REQUESTS, RETX_EVERY, R_DEFER_ACK};
 pub use wire::{

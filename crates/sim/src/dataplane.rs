@@ -163,8 +163,9 @@ impl SimDataPlane {
             RING_CAPACITY as u64,
         ) {
             self.shed += 1;
-            if fp::busy_answer(now, &mut self.busy_tat_ns) {
-                let (reply, body) = fp::busy_reply(&self.regs, hdr, payload);
+            let busy =
+                fp::rationed_busy_reply(&self.regs, hdr, payload, now, &mut self.busy_tat_ns);
+            if let Some((reply, body)) = busy {
                 out.push(Out::Send(from, reply, body));
             } else {
                 self.shed_unanswered += 1;
