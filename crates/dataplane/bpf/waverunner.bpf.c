@@ -384,6 +384,9 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	 */
 	gap_clock.now_ns = bpf_ktime_get_ns();
 	gap_clock.last_pass_ns = gap_pass_ns;
+	/* The leader was alive then, whenever the host gets to it (a starved host's ticks). */
+	if (fp_leader_heard_inline(&regs, in, from_self))
+		heard_ns = gap_clock.now_ns;
 	switch (fp_ahead_inline(&regs, in, from_self, reorder_window, &gap_clock)) {
 	case FP_AHEAD_HOLD:
 		cnt->punted++;
@@ -453,9 +456,6 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	term = sc->term;
 	group = sc->group_id;
 
-	/* The leader was alive then, whenever the host gets to it (a starved host's ticks). */
-	if (fp_took_append_inline(in, from_self, out->actions))
-		heard_ns = now;
 	if (out->actions & FP_ACT_HALT)
 		cnt->halts++;
 	if (out->actions & FP_ACT_TO_HOST)

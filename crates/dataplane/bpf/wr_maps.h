@@ -33,7 +33,7 @@ __u32 blind_reply_len;             /* bytes of blind_reply_body; 0 = the host an
 __u32 reorder_window;              /* follower: appends up to this far ahead go to the host; 0 = off */
 __u64 gap_pass_ns;                 /* follower: when an append past the window last reached the gap rule */
 __u64 busy_tat_ns;                 /* leader: the busy replies' ration (fp_busy_answer_inline) */
-__u64 heard_ns;                    /* follower: when the handler last took an append from the wire */
+__u64 heard_ns;                    /* follower: when an append of its term last came (fp_leader_heard_inline) */
 __u32 ring_waiting;                /* 1: the ring's reader sleeps and wants a wake record (wr_ring.h) */
 __u8 blind_reply_body[WR_BODY_MAX];
 

@@ -258,11 +258,12 @@ pub trait DataPlane: Send {
     /// Called by the replica every tick (XDP refreshes the clock offset it stamps with).
     fn tick(&self) {}
 
-    /// Follower: when the handler last took an append from the network into the log
-    /// ([`monotonic_ns`]; 0: never). The data plane goes on taking appends while the host
-    /// is stopped or starved, and the appends it took prove the leader alive when they came:
-    /// the host counts the ticks it missed before this time before it feeds them, the rest
-    /// after (`docs/dataplane.md` "A starved host").
+    /// Follower: when an append of the enabled term last came from the network
+    /// (`fp::leader_heard`: taken into the log, a duplicate, held or dropped past the window;
+    /// [`monotonic_ns`]; 0: never). The data plane goes on while the host is stopped or
+    /// starved, and every such append proves the leader alive when it came (Raft's election
+    /// timer restarts at each): the host does not count the ticks it missed before this time,
+    /// and counts the rest after the ring's records (`docs/dataplane.md` "A starved host").
     fn leader_heard_ns(&self) -> u64 {
         0
     }
@@ -331,6 +332,9 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     fn tick(&self) {
         (**self).tick()
     }
+    fn leader_heard_ns(&self) -> u64 {
+        (**self).leader_heard_ns()
+    }
 }
 
 /// Milliseconds since the Unix epoch by the local clock.
@@ -382,6 +386,93 @@ pub(crate) fn set_socket_buffers(fd: RawFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A data plane whose every method with a default says it was called.
+    struct Marked {
+        calls: Arc<AtomicU32>,
+    }
+
+    impl Marked {
+        fn mark(&self) {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    impl DataPlane for Marked {
+        fn kind(&self) -> &'static str {
+            "marked"
+        }
+        fn enable(&mut self, _: &fp::Registers, _: &[(u64, SocketAddrV4)]) -> io::Result<()> {
+            Ok(())
+        }
+        fn disable(&mut self) -> fp::Registers {
+            fp::Registers::default()
+        }
+        fn drain(&mut self, _: &mut Vec<RingRecord>) {}
+        fn push(&mut self, _: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+        fn push_batch(&mut self, _: &[&[u8]]) -> io::Result<()> {
+            self.mark();
+            Ok(())
+        }
+        fn drain_due(&self) -> bool {
+            self.mark();
+            false
+        }
+        fn want_wakeups(&self, _: bool) {
+            self.mark();
+        }
+        fn send_to(&self, _: &[u8], _: SocketAddr) -> io::Result<()> {
+            Ok(())
+        }
+        fn registers(&self) -> fp::Registers {
+            fp::Registers::default()
+        }
+        fn counters(&self) -> Counters {
+            Counters::default()
+        }
+        fn latency(&self) -> LatencyHistogram {
+            LatencyHistogram::default()
+        }
+        fn socket(&self) -> io::Result<std::net::UdpSocket> {
+            self.mark();
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn tick(&self) {
+            self.mark();
+        }
+        fn leader_heard_ns(&self) -> u64 {
+            self.mark();
+            42
+        }
+    }
+
+    /// The node drives its data plane boxed: a method the box does not forward runs the
+    /// trait's default instead (the host's tick replay once read "never heard" from a live
+    /// XDP plane that way).
+    #[test]
+    fn a_boxed_data_plane_forwards_every_method_with_a_default() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let mut b: Box<dyn DataPlane> = Box::new(Marked {
+            calls: calls.clone(),
+        });
+        fn generic<P: DataPlane>(p: &mut P) -> u64 {
+            p.push_batch(&[]).unwrap();
+            let _ = p.drain_due();
+            p.want_wakeups(true);
+            let _ = p.socket();
+            p.tick();
+            p.leader_heard_ns()
+        }
+        assert_eq!(generic(&mut b), 42);
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            6,
+            "every call reached the plane"
+        );
+    }
 
     #[test]
     fn buckets_are_monotonic_and_floors_round_trip() {

@@ -146,8 +146,8 @@ struct Shared {
     /// Follower: appends at most this far ahead of the log go to the host to be held
     /// ([`fp::ahead`]; see [`UdpDataPlane::set_reorder_window`]).
     reorder_window: AtomicU32,
-    /// Follower: when the handler last took an append from the wire ([`crate::monotonic_ns`];
-    /// 0: never).
+    /// Follower: when an append of its term last came ([`fp::leader_heard`], taken or not;
+    /// [`crate::monotonic_ns`]; 0: never).
     heard_ns: AtomicU64,
 }
 
@@ -815,6 +815,10 @@ impl Worker {
         // rule (the XDP program's rule, `fp::ahead`).
         let window = self.shared.reorder_window.load(Ordering::Relaxed);
         let now = self.now_ns;
+        // The leader was alive then, whenever the host gets to it (a starved host's ticks).
+        if fp::leader_heard(&self.regs, &hdr, pushed) {
+            self.shared.heard_ns.store(now, Ordering::Relaxed);
+        }
         match fp::ahead(&self.regs, &hdr, pushed, window, now, &mut self.gap_pass_ns) {
             fp::Ahead::Hold => {
                 self.delta.punted += 1;
@@ -865,10 +869,6 @@ impl Worker {
         let out = fp::handle(&mut self.regs, &hdr);
         self.dirty = true;
         let a = out.actions;
-        // The leader was alive then, whenever the host gets to it (a starved host's ticks).
-        if fp::took_append(&hdr, pushed, a) {
-            self.shared.heard_ns.store(self.now_ns, Ordering::Relaxed);
-        }
 
         // The entry's data: at the leader, stamped with its clock before it is broadcast.
         let mut data: Option<Vec<u8>> = None;

@@ -253,8 +253,8 @@ impl XdpProgram {
         en.store(regs.enabled, Ordering::SeqCst);
     }
 
-    /// Follower: when the program last took an append from the wire into the log
-    /// (`bpf_ktime_get_ns()`, [`crate::monotonic_ns`]; 0: never).
+    /// Follower: when an append of its term last came (`fp_leader_heard_inline`, taken or
+    /// not; `bpf_ktime_get_ns()`, [`crate::monotonic_ns`]; 0: never).
     pub fn heard_ns(&self) -> u64 {
         // SAFETY: aligned u64 in the mapped .bss.
         unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.bss).heard_ns)) }

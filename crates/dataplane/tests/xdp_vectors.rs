@@ -514,25 +514,37 @@ fn xdp_follower_past_its_window_lets_one_append_a_while_reach_the_gap_rule() {
     assert_eq!(prog.read_registers().gap_count, 2);
 }
 
-/// A follower's program records when it last took an append from the wire into the log (the
-/// host counts a starved loop's ticks from there); a dropped append leaves the time alone.
+/// A follower's program records when an append of its term last came (the host counts a
+/// starved loop's ticks from there), whatever became of it: taken, a duplicate, or dropped
+/// past the hold window. Another term's append leaves the time alone.
 #[test]
-fn xdp_follower_records_when_it_last_took_an_append() {
-    if !root_or_skip("xdp_follower_records_when_it_last_took_an_append") {
+fn xdp_follower_records_when_it_last_heard_its_leader() {
+    if !root_or_skip("xdp_follower_records_when_it_last_heard_its_leader") {
         return;
     }
     use waverunner_dataplane::monotonic_ns;
     let prog = load(b"");
     prog.write_registers(&follower_regs());
     let append = follower_append;
-    assert_eq!(prog.heard_ns(), 0, "nothing taken yet");
+    assert_eq!(prog.heard_ns(), 0, "nothing heard yet");
     let t0 = monotonic_ns();
     prog.test_run(&append(5)).expect("run");
     let t1 = monotonic_ns();
     assert_eq!(prog.read_registers().last_index, 6, "taken");
     let heard = prog.heard_ns();
     assert!((t0..=t1).contains(&heard), "{t0} <= {heard} <= {t1}");
-    // A duplicate is dropped: the time stays.
-    prog.test_run(&append(4)).expect("run");
-    assert_eq!(prog.heard_ns(), heard);
+    for (prev, what) in [(4, "a duplicate"), (5_000, "an append past the window")] {
+        let t = monotonic_ns();
+        prog.test_run(&append(prev)).expect("run");
+        assert_eq!(prog.read_registers().last_index, 6, "{what}: not taken");
+        assert!(prog.heard_ns() >= t, "{what}: heard");
+    }
+    // In term 3, a term-2 append says nothing of the leader.
+    prog.write_registers(&Registers {
+        term: 3,
+        ..prog.read_registers()
+    });
+    let heard = prog.heard_ns();
+    prog.test_run(&append(6)).expect("run");
+    assert_eq!(prog.heard_ns(), heard, "another term's append");
 }

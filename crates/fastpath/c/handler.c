@@ -31,9 +31,10 @@ int fp_busy_answer(struct fp_busy_clock *c)
 	return fp_busy_answer_inline(c);
 }
 
-int fp_took_append(const struct fp_hdr *in, int from_self, __u32 actions)
+int fp_leader_heard(const struct fp_registers *r, const struct fp_hdr *in,
+		    int from_self)
 {
-	return fp_took_append_inline(in, from_self, actions);
+	return fp_leader_heard_inline(r, in, from_self);
 }
 
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out)

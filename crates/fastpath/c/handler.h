@@ -369,10 +369,20 @@ static __always_inline int fp_busy_answer_inline(struct fp_busy_clock *c)
  * data plane records when: the leader was alive then, whenever the host gets
  * to it, and a starved host does not count the ticks before.
  */
-static __always_inline int fp_took_append_inline(const struct fp_hdr *in,
-						 int from_self, __u32 actions)
+/*
+ * Follower (docs/dataplane.md "A starved host"): whether `in` is an append of the
+ * enabled term from the leader. It proves the leader alive when it came, whatever
+ * becomes of it (taken, a duplicate, held, dropped past the window or on a full
+ * ring): Raft's election timer restarts at every append of the term. The data
+ * plane records when, for a host that was stopped or starved meanwhile.
+ */
+static __always_inline int fp_leader_heard_inline(const struct fp_registers *r,
+						  const struct fp_hdr *in,
+						  int from_self)
 {
-	return in->type == FP_APPEND && !from_self && (actions & FP_ACT_RING_ENTRY);
+	return r->enabled && !r->is_leader && in->type == FP_APPEND &&
+	       !from_self && in->term == r->term &&
+	       (__u64)in->group_id == r->group_id;
 }
 
 /*
@@ -454,7 +464,8 @@ int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self
 int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
 	     __u32 window, struct fp_gap_clock *c);
 int fp_busy_answer(struct fp_busy_clock *c);
-int fp_took_append(const struct fp_hdr *in, int from_self, __u32 actions);
+int fp_leader_heard(const struct fp_registers *r, const struct fp_hdr *in,
+		    int from_self);
 int fp_parse_ffi(const void *buf, __u32 len, struct fp_hdr *out);
 int fp_write_ffi(const struct fp_hdr *h, void *buf);
 

@@ -22,7 +22,11 @@ extern "C" {
         clock: *mut [u64; 2],
     ) -> i32;
     pub(crate) fn fp_busy_answer(clock: *mut [u64; 2]) -> i32;
-    pub(crate) fn fp_took_append(input: *const Header, from_self: i32, actions: u32) -> i32;
+    pub(crate) fn fp_leader_heard(
+        regs: *const Registers,
+        input: *const Header,
+        from_self: i32,
+    ) -> i32;
     fn fp_parse_ffi(buf: *const u8, len: u32, out: *mut Header) -> i32;
     fn fp_write_ffi(h: *const Header, buf: *mut u8) -> i32;
     #[cfg(test)]

@@ -331,12 +331,13 @@ pub fn busy_answer(now_ns: u64, tat_ns: &mut u64) -> bool {
     a != 0
 }
 
-/// Follower: whether [`handle`]'s run on `hdr`, whose output had `actions`, took an append
-/// from the wire into the log; the data plane records when (the C `fp_took_append`, the rule
+/// Follower: whether `hdr` is an append of the enabled term from the leader, which proves the
+/// leader alive when it came whatever becomes of it (taken, a duplicate, held, dropped); the
+/// data plane records when, before the hold and gap rules (the C `fp_leader_heard`, the rule
 /// the XDP program applies).
-pub fn took_append(hdr: &Header, from_self: bool, actions: Actions) -> bool {
-    // SAFETY: a live `#[repr(C)]` mirror checked against the C struct; only read.
-    unsafe { crate::ffi::fp_took_append(hdr, i32::from(from_self), actions.0) != 0 }
+pub fn leader_heard(regs: &Registers, hdr: &Header, from_self: bool) -> bool {
+    // SAFETY: live `#[repr(C)]` mirrors checked against the C structs; only read.
+    unsafe { crate::ffi::fp_leader_heard(regs, hdr, i32::from(from_self)) != 0 }
 }
 
 /// After [`shed`]: the busy reply to `hdr` ([`busy_reply`]) if the ration lets it out
@@ -552,24 +553,50 @@ mod tests {
     }
 
     #[test]
-    fn an_append_taken_from_the_wire_is_one_with_a_ring_entry() {
+    fn a_follower_hears_its_leader_in_every_append_of_the_enabled_term() {
         use crate::wire::{ACK, APPEND};
+        let regs = Registers {
+            enabled: 1,
+            is_leader: 0,
+            term: 3,
+            group_id: 1,
+            last_index: 10,
+            ..Registers::default()
+        };
         let app = Header {
             kind: APPEND,
+            term: 3,
+            index: 11,
             ..Header::new(1)
         };
-        assert!(took_append(
-            &app,
-            false,
-            Actions::RING_ENTRY | Actions::REPLY
-        ));
-        assert!(
-            !took_append(&app, true, Actions::RING_ENTRY),
-            "the host's push"
-        );
-        assert!(!took_append(&app, false, Actions::DROP), "not taken");
+        assert!(leader_heard(&regs, &app, false), "the next entry");
+        for index in [5, 12, 10_000] {
+            let a = Header { index, ..app };
+            assert!(
+                leader_heard(&regs, &a, false),
+                "index {index}: not taken, heard"
+            );
+        }
+        assert!(!leader_heard(&regs, &app, true), "the host's push");
+        let stale = Header { term: 2, ..app };
+        assert!(!leader_heard(&regs, &stale, false), "another term");
+        let other = Header { group_id: 2, ..app };
+        assert!(!leader_heard(&regs, &other, false), "another group");
         let ack = Header { kind: ACK, ..app };
-        assert!(!took_append(&ack, false, Actions::RING_ENTRY));
+        assert!(!leader_heard(&regs, &ack, false), "not an append");
+        let leader = Registers {
+            is_leader: 1,
+            ..regs
+        };
+        assert!(
+            !leader_heard(&leader, &app, false),
+            "a leader hears no leader"
+        );
+        let off = Registers { enabled: 0, ..regs };
+        assert!(
+            !leader_heard(&off, &app, false),
+            "the host steps what it gets"
+        );
     }
 
     #[test]

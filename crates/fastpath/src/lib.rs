@@ -31,8 +31,8 @@ mod wire;
 
 pub use ffi::{parse_c, write_c};
 pub use handler::{
-    ahead, busy_answer, busy_reply, handle, rationed_busy_reply, shed, took_append, Actions, Ahead,
-    HaltReason, Output, BUSY_BURST, BUSY_EVERY_NS, GAP_PASS_NS, HALT_LOG_MISMATCH,
+    ahead, busy_answer, busy_reply, handle, leader_heard, rationed_busy_reply, shed, Actions,
+    Ahead, HaltReason, Output, BUSY_BURST, BUSY_EVERY_NS, GAP_PASS_NS, HALT_LOG_MISMATCH,
     HALT_REJECT_RECEIVED, HALT_RETX_EXHAUSTED, HALT_TERM_MISMATCH, HALT_UNKNOWN_PEER,
     REORDER_WINDOW, SHED_INFLIGHT, SHED_RING_SHARE,
 };

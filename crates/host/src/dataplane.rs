@@ -18,6 +18,7 @@ use waverunner_raft::{
     Role,
 };
 
+use crate::ticks::Replay;
 use crate::Time;
 
 /// Client-table entries the leader's host keeps at most (older ones are forgotten: their
@@ -394,6 +395,27 @@ impl<P: DataPlane> DataPlaneHost<P> {
             }
         }
         Ok(())
+    }
+
+    /// After a stall (the process stopped, the loop starved), before the ring is fed: a
+    /// follower does not count the ticks of `replay` due before its data plane last took an
+    /// append from the wire. The ring proves the leader alive then, and Raft's election timer
+    /// restarts at every append; counted after the ring's appends, they timed out a live
+    /// leader and the data plane handed off (`docs/dataplane.md` "A starved host"). Only
+    /// liveness is at stake: a leader counts every tick (its lease follows real time).
+    /// `time_of` maps the data plane's clock (ns) to the host's [`Time`]. Returns the ticks
+    /// not counted.
+    pub fn skip_ticks_before_last_append(
+        &self,
+        raft: &Raft,
+        replay: &mut Replay,
+        time_of: impl FnOnce(u64) -> Time,
+    ) -> u64 {
+        let heard = self.plane.leader_heard_ns();
+        if heard == 0 || raft.role() != Role::Follower {
+            return 0;
+        }
+        replay.before(time_of(heard))
     }
 
     /// Feeds every record on the data plane's ring to the core; a follower then pushes the

@@ -880,15 +880,14 @@ impl<S: StateMachine> Replica<S> {
         // after the feed, a follower stopped or starved 150 ms or more while its data plane took
         // the appends timed out a live leader, and the data plane handed off).
         if let Some(d) = self.dp.as_ref() {
-            let heard = d.plane.leader_heard_ns();
-            if heard != 0 && self.raft.role() == Role::Follower {
-                let skipped = replay.before(at(waverunner_dataplane::instant_at(heard)));
-                if skipped > 0 {
-                    tracing::debug!(
-                        "node {}: {skipped} ticks before the data plane's last append not counted",
-                        self.cfg.id
-                    );
-                }
+            let skipped = d.skip_ticks_before_last_append(&self.raft, &mut replay, |ns| {
+                at(waverunner_dataplane::instant_at(ns))
+            });
+            if skipped > 0 {
+                tracing::debug!(
+                    "node {}: {skipped} ticks before the data plane's last append not counted",
+                    self.cfg.id
+                );
             }
             self.on_ring();
         }

@@ -79,6 +79,9 @@ pub struct SimDataPlane {
     gap_pass_ns: u64,
     /// Leader: the busy replies' ration (`fp::busy_answer`).
     busy_tat_ns: u64,
+    /// Follower: when an append of its term last came (`fp::leader_heard`;
+    /// [`DataPlane::leader_heard_ns`]), in the world's clock (ns).
+    heard_ns: u64,
 }
 
 impl SimDataPlane {
@@ -106,12 +109,18 @@ impl SimDataPlane {
             now_ns: 0,
             gap_pass_ns: 0,
             busy_tat_ns: 0,
+            heard_ns: 0,
         }
     }
 
     /// Whether the enable flag is set.
     pub fn enabled(&self) -> bool {
         self.regs.enabled != 0
+    }
+
+    /// Records waiting on the ring.
+    pub fn ring_len(&self) -> usize {
+        self.ring.len()
     }
 
     /// Whether records wait on the ring.
@@ -142,6 +151,9 @@ impl SimDataPlane {
         // An append ahead of the log: the host holds it; past the window, one a while
         // reaches the gap rule (by the same rule as XDP and `udp`).
         let (window, now) = (self.hold_window, self.now_ns);
+        if fp::leader_heard(&self.regs, hdr, pushed) {
+            self.heard_ns = now;
+        }
         match fp::ahead(&self.regs, hdr, pushed, window, now, &mut self.gap_pass_ns) {
             fp::Ahead::Hold => {
                 self.punted += 1;
@@ -311,6 +323,10 @@ impl DataPlane for SimDataPlane {
 
     fn latency(&self) -> LatencyHistogram {
         LatencyHistogram::default()
+    }
+
+    fn leader_heard_ns(&self) -> u64 {
+        self.heard_ns
     }
 }
 
