@@ -6,7 +6,8 @@
 //! simulated data plane around the real C protocol handler
 //! (`waverunner-fastpath`) — over a simulated network
 //! that drops, duplicates, delays, reorders and partitions, while replicas crash (with their log
-//! kept on disk, or in `memory` durability lost), pause, change membership and hand leadership
+//! kept on disk, or in `memory` durability lost), pause (their data plane runs on, as XDP in
+//! the kernel does), change membership and hand leadership
 //! over. After every step it checks election safety, log matching, leader completeness,
 //! state-machine safety, monotonic commit and that no acknowledged write is lost under the
 //! durability mode's promise, that every read reflects the writes acknowledged before it
