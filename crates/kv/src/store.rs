@@ -694,6 +694,16 @@ impl KvStore {
                 cond,
                 get_old,
             } => {
+                // A plain SET (no condition, no GET, no KEEPTTL) needs nothing of the old
+                // item: the insert replaces it, expired or live, of any type, in the one
+                // lookup it makes (the old one's expiry entry, digest share, memory and
+                // collection go with it, as a removal would take them). Looking it up first
+                // cost the leader about 3 % of its CPU under `redis-benchmark -t set`.
+                if *cond == Cond::Always && !*get_old && *expiry != Expiry::Keep {
+                    let expire_at = self.resolve(expiry, None);
+                    self.store(key, value, *flags, index, expire_at);
+                    return Response::Ok;
+                }
                 let old = self.with_live(key, |e| (get_old.then(|| e.item()), e.expire_at()));
                 let exists = old.is_some();
                 let (old_item, current_expiry) = old.unwrap_or((None, None));

@@ -792,3 +792,40 @@ fn a_collection_a_snapshot_view_shares_is_freed_by_the_store_once_the_view_is_go
     assert_eq!(s.store.reclaim(usize::MAX), 11);
     assert_eq!(s.store.buried(), 0);
 }
+
+/// A plain SET replaces whatever the key held, expired or live, a string or a collection,
+/// with the one lookup of its insert: the store ends exactly as if the key had been absent
+/// (the digest, the accounted memory, the expiry index), and a WATCH sees the key changed.
+#[test]
+fn a_plain_set_replaces_expired_and_live_items_of_any_type() {
+    let mut s = S::new();
+    s.c("HSET h f v");
+    s.c("PEXPIRE h 10");
+    s.c("SET k old");
+    s.c("PEXPIRE k 10");
+    s.c("RPUSH l a b");
+    s.c("SADD z m");
+    s.now += 20; // h and k expired, not yet swept; l and z live
+    let since = s.index;
+    let mut fresh = S::new();
+    fresh.now = s.now;
+    fresh.index = s.index;
+    for k in ["h", "k", "l", "z"] {
+        s.set_string(k, "new");
+        fresh.set_string(k, "new");
+    }
+    for k in ["h", "k", "l", "z"] {
+        let got = s.op(Op::Get { keys: vec![b(k)] });
+        assert!(
+            matches!(&got, Response::Items(v) if v.len() == 1
+                && v[0].as_ref().is_some_and(|i| i.value == b("new"))),
+            "{k}: {got:?}"
+        );
+        assert_eq!(s.c(&format!("TYPE {k}")), status("string"), "{k}");
+        assert_eq!(s.op(Op::Ttl { key: b(k) }), Response::Int(-1), "{k}");
+        assert!(s.store.changed_since(k.as_bytes(), since), "{k}: WATCH");
+    }
+    assert_eq!(s.store.digest(), fresh.store.digest());
+    assert_eq!(s.store.used_memory(), fresh.store.used_memory());
+    assert_eq!(s.op(Op::DbSize), Response::Int(4));
+}
