@@ -45,8 +45,9 @@ pub(crate) struct DataPlane {
     pub(crate) cmd: Option<DataPlaneCommand>,
     /// Payloads to push through the data plane (leader, On).
     pub(crate) proposals: Vec<Vec<u8>>,
-    /// Messages received while disabling, replayed in order afterwards.
-    pub(crate) stash: VecDeque<Message>,
+    /// Messages received while disabling, with the tick each came at, replayed in order
+    /// afterwards.
+    pub(crate) stash: VecDeque<(u64, Message)>,
     /// Ticks since the last enable attempt or disable.
     pub(crate) backoff_elapsed: u32,
     /// The enabled term (valid in On and Disabling).
@@ -360,7 +361,7 @@ impl Raft {
             self.counters.dataplane_stash_dropped += 1;
             return;
         }
-        self.dp.stash.push_back(m);
+        self.dp.stash.push_back((self.now, m));
     }
 
     /// Number of messages stashed while disabling.
@@ -497,8 +498,21 @@ impl Raft {
             self.election_elapsed = self.randomized_timeout;
         }
         let term = self.term;
-        while let Some(m) = self.dp.stash.pop_front() {
+        while let Some((at, m)) = self.dp.stash.pop_front() {
+            let from = m.from;
             let _ = self.step(m);
+            // What a stashed answer proves of its sender (the lease, a vote's catch-up) dates
+            // from when it came, not from now: a hand-off that began in a stall's replay ends
+            // after the stall's ticks, and a lease counted from its end outlived the
+            // followers' election timers (a stale read, the simulator's seed 1361 of 3 nodes,
+            // fsync, data plane on, once its paused leaders' data planes ran on).
+            if let Some(t) = self
+                .prs
+                .get_mut(&from)
+                .and_then(|p| p.last_active_tick.as_mut())
+            {
+                *t = (*t).min(at);
+            }
         }
         if reason == DisableReason::ElectionTimeout {
             if self.role == Role::Leader && self.term == term {

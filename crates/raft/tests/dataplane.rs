@@ -807,3 +807,60 @@ fn the_data_plane_leader_refuses_proposals_past_its_in_flight_bound() {
     assert_eq!(net.r(1).last_index(), net.r(1).commit_index() + 4);
     assert_eq!(net.rm(1).propose(vec![9]), Err(ProposeError::Busy));
 }
+
+/// An answer stashed while the data plane was being disabled proves its sender alive when it
+/// came, not when the disable ends. A hand-off that began in a stalled leader's replay ended
+/// after the stall's ticks, and a lease counted from its end outlived the followers' election
+/// timers: the simulator found a stale lease read (seed 1361, 3 nodes, fsync, data plane on).
+#[test]
+fn answers_stashed_while_disabling_renew_no_lease_from_the_disables_end() {
+    let mut net = enabled_with(|c| {
+        c.read_mode = ReadMode::Lease;
+        c.election_tick = 20; // lease = 20 - 5 = 15 ticks
+    });
+    net.propose(1, b"a");
+    net.dp_push(1); // an entry of the term, committed through the data plane
+    let last = net.r(1).last_index();
+    assert_eq!(
+        (net.r(1).commit_index(), net.r(1).term_of(last)),
+        (last, Some(2))
+    );
+    let answer = |from, reject| Message {
+        from,
+        to: 1,
+        term: 2,
+        body: MessageBody::AppendResponse {
+            reject,
+            index: if reject { 1 } else { last },
+            hint_index: 0,
+            hint_term: 0,
+            recovering: false,
+        },
+    };
+    // A reject starts the disable; both followers' acks come right after, stashed.
+    net.rm(1).step(answer(2, true)).unwrap();
+    net.rm(1).step(answer(2, false)).unwrap();
+    net.rm(1).step(answer(3, false)).unwrap();
+    assert_eq!(net.r(1).dataplane_stashed(), 3);
+    // The disable ends more than a lease later (a stall's ticks replayed meanwhile).
+    for _ in 0..16 {
+        net.rm(1).tick();
+    }
+    net.hold = true;
+    net.node(1).handle_ready();
+    net.dp_finish_disable(1);
+    assert_eq!(net.r(1).role(), Role::Leader);
+    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::Off);
+    net.rm(1).read_index(b"r".to_vec()).unwrap();
+    let msgs = net.collect();
+    assert!(
+        net.nodes[&1].read_states.is_empty(),
+        "answered from a lease of answers 16 ticks old: {:?}",
+        net.nodes[&1].read_states
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| matches!(&m.body, MessageBody::Heartbeat { context, .. } if context == b"r")),
+        "a ReadIndex round instead: {msgs:?}"
+    );
+}

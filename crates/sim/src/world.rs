@@ -60,7 +60,8 @@ pub struct SimOptions {
     /// Simulated time with faults, in ms.
     pub fault_ms: u64,
     /// Simulated time allowed, after every fault heals, to elect a leader, commit a new write on
-    /// every replica and (with a data plane) re-enable acceleration, in ms. 4 s: of 24 000
+    /// every replica and (with a data plane) re-enable acceleration, in ms. 4 s: when it was
+    /// set (2026-11-28, before clients wrote to paused leaders), of 24 000
     /// seeds (3 000 of each configuration) the slowest recovered in 2.5 s, and one (seed 408,
     /// 3 nodes, memory, data plane on) in 3.1 s, its learner and a follower each catching
     /// up a thousand entries one per append through a 200-byte window over a network that
@@ -360,6 +361,12 @@ fn host_write_payload(w: u64, large_writes: bool) -> Vec<u8> {
     v
 }
 
+/// Whether `seed` takes large writes (one in 64 host writes past a data-plane packet, each a
+/// hand-off and a re-enable in a new term).
+fn large_writes(seed: u64) -> bool {
+    (seed >> 5) & 1 == 1
+}
+
 /// A native client's blind write `w` to the fast path.
 fn fast_write(w: u64) -> Packet {
     let payload = write_payload(w);
@@ -457,6 +464,11 @@ pub struct World {
     /// Paused leaders' hosts send keepalive heartbeats (half the seeds, drawn from the seed so
     /// the other choices keep their random sequence).
     keepalive: bool,
+    /// Clients go on writing to a paused leader (a process stopped looks alive to them), whose
+    /// data plane orders and answers their datagrams; on the other seeds they find the next
+    /// leader at once, and a paused leader is deposed more often. Half the seeds each, drawn
+    /// from the seed.
+    clients_stay: bool,
     next_write: u64,
     next_read: u64,
     membership: MembershipOp,
@@ -496,6 +508,7 @@ impl World {
             depose: 0.0,
             lease_reads: false,
             keepalive: false,
+            clients_stay: false,
             next_write: 1,
             next_read: 1,
             membership: MembershipOp::Idle,
@@ -518,6 +531,7 @@ impl World {
         w.depose = [0.0, 0.3, 0.6][w.rng.range(0, 3) as usize];
         w.lease_reads = w.rng.chance(0.5);
         w.keepalive = (seed >> 1) & 1 == 1;
+        w.clients_stay = (seed >> 4) & 1 == 1;
         let voters = w.initial_voters.clone();
         for id in voters.clone() {
             let conf = ConfState {
@@ -799,9 +813,14 @@ impl World {
 
     /// The current leader as an omniscient observer sees it (highest term among live leaders).
     fn leader(&self) -> Option<NodeId> {
+        self.leader_among(false)
+    }
+
+    /// The leader of the highest term, a paused one too if `paused`.
+    fn leader_among(&self, paused: bool) -> Option<NodeId> {
         self.nodes
             .values()
-            .filter(|n| !n.paused && !n.removed)
+            .filter(|n| (paused || !n.paused) && !n.removed)
             .filter_map(|n| n.raft.as_ref().map(|r| (n.id, r)))
             .filter(|(_, r)| r.role() == Role::Leader)
             .max_by_key(|(_, r)| r.term())
@@ -853,7 +872,7 @@ impl World {
             }
             Packet::Fast(hdr, payload) => self.fast_ingress(to, from, hdr, payload),
             Packet::Request(w) => {
-                let large = (self.seed >> 5) & 1 == 1;
+                let large = large_writes(self.seed);
                 self.submit(to, host_write_payload(w, large), Op::Write(w));
                 self.drive(to);
             }
@@ -1183,7 +1202,7 @@ impl World {
             .copied()
             .filter(|&i| self.alive(i))
             .collect();
-        match self.leader() {
+        match self.leader_among(self.clients_stay) {
             Some(l) if self.rng.chance(to_leader) => Some(l),
             _ => self.rng.pick(&members),
         }
@@ -2244,6 +2263,71 @@ mod tests {
                 w.checker.violations.is_empty(),
                 "seed {seed}: {:?}",
                 w.checker.violations
+            );
+            checked += 1;
+        }
+        assert!(checked >= 10, "only {checked} seeds had the data plane on");
+    }
+
+    /// A leader whose loop stalls while clients write to its data plane: the data plane
+    /// orders, replicates and commits on its own (XDP runs in the kernel) and answers the
+    /// clients; its keepalive thread keeps its followers (clients' writes alone may leave an
+    /// election timeout without an append); resumed, the host takes it all from the ring,
+    /// keeps its term, and every answer the data plane gave holds (the checker's).
+    #[test]
+    fn a_paused_leaders_data_plane_commits_and_its_host_catches_up() {
+        let mut checked = 0;
+        // The seeds whose clients write to a paused leader and whose paused replicas'
+        // keepalive threads run, without large writes (each hands off and re-enables in a new
+        // term).
+        for seed in
+            (1..=256).filter(|&s| (s >> 4) & 1 == 1 && (s >> 1) & 1 == 1 && !large_writes(s))
+        {
+            let mut w = quiet_world(seed);
+            assert!(w.clients_stay && w.keepalive, "seed {seed}");
+            run_for(&mut w, 800_000);
+            let Some(l) = w.leader() else { continue };
+            let raft = w.nodes[&l].raft.as_ref().unwrap();
+            if !matches!(raft.dataplane_state(), DataPlaneState::On { .. }) {
+                continue;
+            }
+            let term = raft.term();
+            let before = disables(&w);
+            let n = w.nodes.get_mut(&l).unwrap();
+            n.paused = true;
+            n.paused_at = w.now;
+            let applied = n.sm.applied;
+            let acked = w.stats.writes_acked_by_dataplane;
+            run_for(&mut w, 100 * TICK_US);
+            assert!(
+                w.stats.writes_acked_by_dataplane > acked,
+                "seed {seed}: the paused leader's data plane answered no client"
+            );
+            assert_eq!(
+                w.nodes[&l].sm.applied, applied,
+                "seed {seed}: a paused host applied"
+            );
+            w.resume(l);
+            run_for(&mut w, 50 * TICK_US);
+            assert!(
+                w.checker.violations.is_empty(),
+                "seed {seed}: {:?}",
+                w.checker.violations
+            );
+            let lr = w.nodes[&l].raft.as_ref().unwrap();
+            assert_eq!(
+                (lr.role(), lr.term()),
+                (Role::Leader, term),
+                "seed {seed}: leader {l} lost its term over the pause"
+            );
+            assert_eq!(
+                disables(&w),
+                before,
+                "seed {seed}: the data plane handed off"
+            );
+            assert!(
+                w.nodes[&l].sm.applied > applied,
+                "seed {seed}: the resumed host took nothing from the ring"
             );
             checked += 1;
         }
