@@ -100,8 +100,8 @@ pub struct Stats {
     pub crashes: u64,
     pub lost_logs: u64,
     pub pauses: u64,
-    /// Ticks a resumed follower did not count: due before its data plane last took an append
-    /// (`DataPlaneHost::skip_ticks_before_last_append`, the node's rule).
+    /// Ticks a resumed follower did not count: due before its data plane last heard an append
+    /// of the term (`DataPlaneHost::skip_ticks_before_last_append`, the node's rule).
     pub ticks_not_counted: u64,
     pub partitions: u64,
     pub loss_bursts: u64,
@@ -1333,7 +1333,7 @@ impl World {
         let missed = (now - n.paused_at) / TICK_US;
         if self.opts.trace {
             eprintln!(
-                "{now:>9}us node {id} resumes after {missed} ticks, {} frames waiting ({} fast-path), its data plane's last append taken at {}us, {} ring records",
+                "{now:>9}us node {id} resumes after {missed} ticks, {} frames waiting ({} fast-path), its data plane last heard the leader at {}us, {} ring records",
                 stalled.len(),
                 stalled.iter().filter(|(_, f)| matches!(f, Stalled::Up(..))).count(),
                 n.host.plane.leader_heard_ns() / 1_000,
@@ -1346,8 +1346,8 @@ impl World {
         let first_due = Duration::from_micros(n.paused_at + TICK_US);
         let tick = Duration::from_micros(TICK_US);
         let mut replay = Replay::new(missed, first_due, tick, cap);
-        // As the node's loop: the ticks before the data plane's last append are not counted,
-        // and the ring it filled meanwhile is fed before the frames that waited.
+        // As the node's loop: the ticks before the data plane last heard the leader are not
+        // counted, and the ring it filled meanwhile is fed before the frames that waited.
         if self.opts.dataplane {
             let raft = n.raft.as_ref().unwrap();
             let skipped =
