@@ -364,12 +364,6 @@ static __always_inline int fp_busy_answer_inline(struct fp_busy_clock *c)
 }
 
 /*
- * Follower (docs/dataplane.md "A starved host"): whether the handler's run on
- * `in` took an append from the wire into the log (`actions` its output's). The
- * data plane records when: the leader was alive then, whenever the host gets
- * to it, and a starved host does not count the ticks before.
- */
-/*
  * Follower (docs/dataplane.md "A starved host"): whether `in` is an append of the
  * enabled term from the leader. It proves the leader alive when it came, whatever
  * becomes of it (taken, a duplicate, held, dropped past the window or on a full

@@ -398,14 +398,15 @@ impl<P: DataPlane> DataPlaneHost<P> {
     }
 
     /// After a stall (the process stopped, the loop starved), before the ring is fed: a
-    /// follower does not count the ticks of `replay` due before its data plane last took an
-    /// append from the wire. The ring proves the leader alive then, and Raft's election timer
-    /// restarts at every append; counted after the ring's appends, they timed out a live
-    /// leader and the data plane handed off (`docs/dataplane.md` "A starved host"). Only
-    /// liveness is at stake: a leader counts every tick (its lease follows real time).
+    /// follower does not count the ticks of `replay` due before its data plane last heard an
+    /// append of the term ([`DataPlane::leader_heard_ns`]). The leader was alive then, and
+    /// Raft's election timer restarts at every append; counted after the ring's appends, they
+    /// timed out a live leader and the data plane handed off (`docs/dataplane.md` "A starved
+    /// host"). Only liveness is at stake: a leader counts every tick (its lease follows real
+    /// time).
     /// `time_of` maps the data plane's clock (ns) to the host's [`Time`]. Returns the ticks
     /// not counted.
-    pub fn skip_ticks_before_last_append(
+    pub fn skip_ticks_before_leader_heard(
         &self,
         raft: &Raft,
         replay: &mut Replay,

@@ -880,12 +880,12 @@ impl<S: StateMachine> Replica<S> {
         // after the feed, a follower stopped or starved 150 ms or more while its data plane took
         // the appends timed out a live leader, and the data plane handed off).
         if let Some(d) = self.dp.as_ref() {
-            let skipped = d.skip_ticks_before_last_append(&self.raft, &mut replay, |ns| {
+            let skipped = d.skip_ticks_before_leader_heard(&self.raft, &mut replay, |ns| {
                 at(waverunner_dataplane::instant_at(ns))
             });
             if skipped > 0 {
                 tracing::debug!(
-                    "node {}: {skipped} ticks before the data plane's last append not counted",
+                    "node {}: {skipped} ticks before the data plane last heard the leader not counted",
                     self.cfg.id
                 );
             }

@@ -101,7 +101,7 @@ pub struct Stats {
     pub lost_logs: u64,
     pub pauses: u64,
     /// Ticks a resumed follower did not count: due before its data plane last heard an append
-    /// of the term (`DataPlaneHost::skip_ticks_before_last_append`, the node's rule).
+    /// of the term (`DataPlaneHost::skip_ticks_before_leader_heard`, the node's rule).
     pub ticks_not_counted: u64,
     pub partitions: u64,
     pub loss_bursts: u64,
@@ -1352,7 +1352,7 @@ impl World {
             let raft = n.raft.as_ref().unwrap();
             let skipped =
                 n.host
-                    .skip_ticks_before_last_append(raft, &mut replay, Duration::from_nanos);
+                    .skip_ticks_before_leader_heard(raft, &mut replay, Duration::from_nanos);
             self.stats.ticks_not_counted += skipped;
             self.consume_ring(id);
         }
@@ -2212,7 +2212,7 @@ mod tests {
     /// `docs/dataplane.md` "A starved host": a follower whose process stops while its data
     /// plane goes on taking the leader's appends (XDP runs in the kernel) does not time the
     /// leader out when it resumes. The ticks before its data plane's last append are not
-    /// counted (the node's rule, `DataPlaneHost::skip_ticks_before_last_append`); counted,
+    /// counted (the node's rule, `DataPlaneHost::skip_ticks_before_leader_heard`); counted,
     /// they outlast an election timeout and the follower campaigns, which hands off.
     #[test]
     fn a_follower_paused_while_its_data_plane_takes_appends_keeps_its_leader() {
