@@ -12,6 +12,8 @@
 
 use std::time::Duration;
 
+use waverunner_raft::Raft;
+
 use crate::Time;
 
 /// The plan of one replay: how many ticks go before each frame, and how many after.
@@ -32,6 +34,10 @@ pub struct Replay {
     remaining: u64,
     /// Ticks counted at most in one gap.
     cap: u64,
+    /// Whether these ticks passed in a stall (one or more was missed): they are counted with
+    /// [`Raft::tick_stalled`], so no timeout against a peer expires before the first on-time
+    /// tick.
+    stalled: bool,
 }
 
 /// Ticks beyond two election timeouts would only repeat heartbeats: every timer has expired.
@@ -42,20 +48,41 @@ pub fn tick_cap(election_ticks: u32) -> u64 {
 impl Replay {
     /// A replay of `ticks` ticks that fell due, the first at `first_due`, one every `tick`,
     /// at most `cap` of them counted in a row.
+    /// They passed in a stall.
     pub fn new(ticks: u64, first_due: Time, tick: Duration, cap: u64) -> Replay {
         Replay {
             due: first_due,
             tick,
             remaining: ticks,
             cap: cap.max(1),
+            stalled: true,
+        }
+    }
+
+    /// Whether the ticks passed in a stall.
+    pub fn stalled(&self) -> bool {
+        self.stalled
+    }
+
+    /// Counts `n` of these ticks on `raft` (as stalled ticks if they passed in a stall).
+    pub fn count(&self, raft: &mut Raft, n: u64) {
+        for _ in 0..n {
+            if self.stalled {
+                raft.tick_stalled();
+            } else {
+                raft.tick();
+            }
         }
     }
 
     /// The ticks due at `now` when the next was due at `next_tick` (none before it): the ones
     /// missed and the one due. With it, the number missed and when the next tick is due after
-    /// them.
+    /// them. `wake` is when the loop meant to count them: `next_tick`, or later if it slept
+    /// idle on purpose (those ticks are late but not stalled); they passed in a stall if
+    /// `now` is a tick or more past it.
     pub fn due(
         next_tick: Time,
+        wake: Time,
         now: Time,
         tick: Duration,
         election_ticks: u32,
@@ -69,7 +96,8 @@ impl Replay {
         if next <= now {
             next = now + tick;
         }
-        let replay = Replay::new(missed + 1, next_tick, tick, tick_cap(election_ticks));
+        let mut replay = Replay::new(missed + 1, next_tick, tick, tick_cap(election_ticks));
+        replay.stalled = now >= wake.max(next_tick) + tick;
         Some((replay, missed, next))
     }
 
@@ -102,17 +130,38 @@ mod tests {
 
     #[test]
     fn nothing_is_due_before_the_next_tick() {
-        assert_eq!(Replay::due(10 * MS, 9 * MS, 10 * MS, 10), None);
+        assert_eq!(Replay::due(10 * MS, 10 * MS, 9 * MS, 10 * MS, 10), None);
     }
 
     #[test]
     fn a_stall_counts_its_ticks_capped_after_the_frames() {
         // Due at 10 ms, now 95 ms: 8 missed, 9 to count, the next due at 100 ms.
-        let (r, missed, next) = Replay::due(10 * MS, 95 * MS, 10 * MS, 10).unwrap();
+        let (r, missed, next) = Replay::due(10 * MS, 10 * MS, 95 * MS, 10 * MS, 10).unwrap();
         assert_eq!((missed, r.rest(), next), (8, 9, 100 * MS));
         // A stall of 10 s with no frame: two election timeouts and one tick, then from now.
-        let (r, missed, next) = Replay::due(10 * MS, 10_000 * MS, 10 * MS, 10).unwrap();
+        let (r, missed, next) = Replay::due(10 * MS, 10 * MS, 10_000 * MS, 10 * MS, 10).unwrap();
         assert_eq!((missed, r.rest(), next), (999, 21, 10_010 * MS));
+    }
+
+    #[test]
+    fn only_a_late_tick_is_a_stalled_one() {
+        let (r, missed, _) = Replay::due(10 * MS, 10 * MS, 19 * MS, 10 * MS, 10).unwrap();
+        assert_eq!(missed, 0);
+        assert!(!r.stalled(), "on time: a timeout may expire");
+        let (r, missed, _) = Replay::due(10 * MS, 10 * MS, 20 * MS, 10 * MS, 10).unwrap();
+        assert_eq!(missed, 1);
+        assert!(
+            r.stalled(),
+            "a tick was missed: no timeout expires in this replay"
+        );
+        // An idle loop slept until 50 ms on purpose: waking then, its 5 ticks are on time; a
+        // tick past it, they passed in a stall.
+        let (r, missed, _) = Replay::due(10 * MS, 50 * MS, 55 * MS, 10 * MS, 10).unwrap();
+        assert_eq!(missed, 4);
+        assert!(!r.stalled());
+        let (r, _, _) = Replay::due(10 * MS, 50 * MS, 60 * MS, 10 * MS, 10).unwrap();
+        assert!(r.stalled());
+        assert!(Replay::new(3, 10 * MS, 10 * MS, 21).stalled());
     }
 
     #[test]

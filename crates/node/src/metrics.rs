@@ -369,6 +369,9 @@ pub struct Counters {
     pub slow_drives: u64,
     /// Heartbeats the keepalive thread sent while the loop was stalled.
     pub keepalives_sent: u64,
+    /// Ticks of a stall at which a timeout stood at its last tick instead of expiring (it
+    /// expires at the first on-time tick if nothing came).
+    pub timeouts_held_in_stall: u64,
     /// Snapshots whose writing failed.
     pub snapshot_failures: u64,
     /// Retried commands answered from the session table.
@@ -595,6 +598,11 @@ impl Status {
                 c.duplicates,
             ),
             ("elections_total", "Elections started.", c.elections),
+            (
+                "timeouts_held_in_stall_total",
+                "Stalled ticks at which a timeout stood at its last tick instead of expiring.",
+                c.timeouts_held_in_stall,
+            ),
             (
                 "leader_elected_total",
                 "Times elected leader.",

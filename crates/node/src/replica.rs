@@ -598,6 +598,9 @@ pub struct Replica<S: StateMachine> {
     epoch: Instant,
     /// When the next tick is due: the ticks before it are counted in the core's clock.
     next_tick: Instant,
+    /// Until when the loop last meant to sleep with nothing to do ([`Replica::idle_wake`]):
+    /// the ticks before it are counted late on purpose, not because of a stall.
+    slept_until: Instant,
     /// Lease reads submitted while a tick was overdue, routed once the ticks are counted
     /// (bounded by the admitted requests).
     late_reads: Vec<Submit>,
@@ -736,6 +739,7 @@ impl<S: StateMachine> Replica<S> {
             dp: dp.map(|(d, _)| d),
             epoch: Instant::now(),
             next_tick: Instant::now(),
+            slept_until: Instant::now(),
             late_reads: Vec::new(),
             sw_latency: SoftwareLatency::default(),
             housekeeping: (Instant::now(), 0),
@@ -868,9 +872,13 @@ impl<S: StateMachine> Replica<S> {
         let now = Instant::now();
         // Every tick that elapsed counts, also those missed while the process was stopped or
         // starved (`waverunner_host::ticks`: capped at two election timeouts).
-        let Some((mut replay, missed, next)) =
-            Replay::due(at(self.next_tick), at(now), tick, self.cfg.election_ticks)
-        else {
+        let Some((mut replay, missed, next)) = Replay::due(
+            at(self.next_tick),
+            at(self.next_tick.max(self.slept_until)),
+            at(now),
+            tick,
+            self.cfg.election_ticks,
+        ) else {
             return Ok(false);
         };
         // Appends the data plane took while this loop was starved are on the ring: feed them
@@ -911,9 +919,8 @@ impl<S: StateMachine> Replica<S> {
             let Ok(ev) = rx.try_recv() else { break };
             match ev.arrived() {
                 Some(arrived) => {
-                    for _ in 0..replay.before(at(arrived)) {
-                        self.raft.tick();
-                    }
+                    let n = replay.before(at(arrived));
+                    replay.count(&mut self.raft, n);
                     self.on_event(ev);
                     // Stepping it held the loop past the next tick (a 64 MiB forwarded value
                     // proposed): the frames queued behind it came during the hold, after
@@ -928,7 +935,7 @@ impl<S: StateMachine> Replica<S> {
                 None => backlog.push_back(ev),
             }
         }
-        self.on_tick(replay.rest());
+        self.on_tick(&replay);
         let ka = &self.keepalive;
         ka.last_tick_ms.store(ka.now_ms(), Ordering::Relaxed);
         // A leader's heartbeats (none while an enabled data plane carries them), a follower's
@@ -1011,6 +1018,7 @@ impl<S: StateMachine> Replica<S> {
                     Ok(ev) => backlog.push_back(ev),
                     Err(_) => {
                         let wake = self.idle_wake(tick);
+                        self.slept_until = wake;
                         let mut t = wake.saturating_duration_since(Instant::now());
                         if let Some(c) = clients.as_ref().and_then(|c| c.timeout()) {
                             t = t.min(c);
@@ -1330,15 +1338,14 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    fn on_tick(&mut self, ticks: u64) {
-        debug_assert!(ticks >= 1);
+    /// The last ticks of `replay` (the one due now at least).
+    fn on_tick(&mut self, replay: &Replay) {
+        debug_assert!(replay.rest() >= 1);
         let now = self.now();
         if let Some(d) = self.dp.as_mut() {
             d.on_tick(&self.raft, now);
         }
-        for _ in 0..ticks {
-            self.raft.tick();
-        }
+        replay.count(&mut self.raft, replay.rest());
         self.admin_pending.on_tick(self.now());
         self.answer_admin();
         let mut cx = cx!(self);
@@ -1757,6 +1764,7 @@ impl<S: StateMachine> Replica<S> {
         self.counters.snapshot_pieces_dropped = rc.snapshot_chunks_dropped;
         self.counters.snapshot_transfers_abandoned = rc.snapshot_transfers_abandoned;
         self.counters.recovery_reelections = rc.recovery_reelections;
+        self.counters.timeouts_held_in_stall = rc.timeouts_held_in_stall;
         let q = &self.requests.stats;
         self.counters.requests = q.requests;
         self.counters.busy = q.busy + self.admission.refused.load(Ordering::Relaxed);

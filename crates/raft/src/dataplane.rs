@@ -247,6 +247,9 @@ impl Raft {
                 self.counters.dataplane_heartbeats += 1;
             }
             self.dp.window_elapsed += 1;
+            if self.dp.window_elapsed >= self.cfg.election_tick && self.hold_in_stall() {
+                self.dp.window_elapsed = self.cfg.election_tick - 1;
+            }
             if self.dp.window_elapsed >= self.cfg.election_tick {
                 let stuck =
                     self.dp.window_pushed > 0 && self.log.committed() == self.dp.window_commit;
@@ -263,6 +266,9 @@ impl Raft {
             }
         } else {
             self.election_elapsed = self.election_elapsed.saturating_add(1);
+            if self.election_elapsed >= self.randomized_timeout && self.hold_in_stall() {
+                self.election_elapsed = self.randomized_timeout - 1;
+            }
             if self.election_elapsed >= self.randomized_timeout {
                 self.election_elapsed = 0;
                 if self.start_disable(DisableReason::ElectionTimeout) {

@@ -64,6 +64,9 @@ pub struct Counters {
     pub recovery_reelections: u64,
     /// Forwarded reads this leader could not serve (the follower retries).
     pub reads_dropped: u64,
+    /// Stalled ticks at which a timeout stood at its last tick instead of expiring
+    /// ([`Raft::tick_stalled`]).
+    pub timeouts_held_in_stall: u64,
 }
 
 /// How a proposal was accepted.
@@ -103,6 +106,11 @@ pub struct Raft {
     pub(crate) randomized_timeout: u32,
     /// Ticks since start (lease bookkeeping).
     pub(crate) now: u64,
+    /// The tick being counted is one of a stall of this replica ([`Raft::tick_stalled`]).
+    in_stall: bool,
+    /// Stalled ticks a timeout has been held at its last tick since the last on-time tick
+    /// (at most [`Raft::max_stall_hold`]).
+    stall_held: u32,
     rng: u64,
     pub(crate) msgs: Vec<Message>,
     pub(crate) read_states: Vec<ReadState>,
@@ -194,6 +202,8 @@ impl Raft {
             heartbeat_elapsed: 0,
             randomized_timeout: config.election_tick,
             now: 0,
+            in_stall: false,
+            stall_held: 0,
             rng,
             msgs: Vec::new(),
             read_states: Vec::new(),
@@ -691,6 +701,48 @@ impl Raft {
 
     /// Advances logical time by one tick.
     pub fn tick(&mut self) {
+        self.stall_held = 0;
+        self.step_tick();
+    }
+
+    /// Advances logical time by one tick that passed while this replica could not run (its
+    /// process was stopped or starved, one event held its loop): the host replays such ticks
+    /// in step with the messages that arrived meanwhile.
+    ///
+    /// The clocks that guard safety count it as any tick: the lease, which expires in real
+    /// time. But a stall is no evidence against a peer: what a live leader (or a follower's
+    /// answer) sent may not have reached this replica yet, because the whole machine stalled
+    /// with it. So a timeout that acts against a peer (a follower's election timeout, a
+    /// leader's check-quorum, the data plane's) does not expire in a stall: it stands at its
+    /// last tick, and expires at the first on-time tick if nothing came by then. Bounded: after
+    /// [`Raft::max_stall_hold`] stalled ticks held since the last on-time tick it expires
+    /// anyway, so a loop that is late at every tick still times out a dead leader. Only
+    /// liveness is at stake: a follower that holds is more loyal to its leader, which keeps a
+    /// lease conservative.
+    pub fn tick_stalled(&mut self) {
+        self.in_stall = true;
+        self.step_tick();
+        self.in_stall = false;
+    }
+
+    /// The most stalled ticks a timeout is held at its last tick between two on-time ticks:
+    /// two election timeouts, the most a stall's replay counts in a row.
+    pub fn max_stall_hold(&self) -> u32 {
+        2 * self.cfg.election_tick + 1
+    }
+
+    /// Whether a timeout that has just expired is held at its last tick instead (see
+    /// [`Raft::tick_stalled`]).
+    pub(crate) fn hold_in_stall(&mut self) -> bool {
+        if !self.in_stall || self.stall_held >= self.max_stall_hold() {
+            return false;
+        }
+        self.stall_held += 1;
+        self.counters.timeouts_held_in_stall += 1;
+        true
+    }
+
+    fn step_tick(&mut self) {
         self.now += 1;
         self.log.reclaim();
         match self.dp.state {
@@ -711,6 +763,10 @@ impl Raft {
     fn tick_election(&mut self) {
         self.election_elapsed = self.election_elapsed.saturating_add(1);
         if self.promotable() && self.election_elapsed >= self.randomized_timeout {
+            if self.hold_in_stall() {
+                self.election_elapsed = self.randomized_timeout - 1;
+                return;
+            }
             self.election_elapsed = 0;
             self.hup(CampaignKind::Election);
         }
@@ -720,6 +776,11 @@ impl Raft {
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
         self.dp.backoff_elapsed = self.dp.backoff_elapsed.saturating_add(1);
+        if self.election_elapsed >= self.cfg.election_tick && self.hold_in_stall() {
+            // The check-quorum window ends at the first on-time tick: the followers'
+            // answers may be on their way.
+            self.election_elapsed = self.cfg.election_tick - 1;
+        }
         if self.election_elapsed >= self.cfg.election_tick {
             self.election_elapsed = 0;
             if self.cfg.check_quorum && !self.quorum_active() {

@@ -103,6 +103,9 @@ pub struct Stats {
     /// Ticks a resumed follower did not count: due before its data plane last heard an append
     /// of the term (`DataPlaneHost::skip_ticks_before_leader_heard`, the node's rule).
     pub ticks_not_counted: u64,
+    /// Stalled ticks at which a resumed replica's timeout stood at its last tick
+    /// (`Raft::tick_stalled`).
+    pub timeouts_held: u64,
     pub partitions: u64,
     pub loss_bursts: u64,
     pub membership_changes: u64,
@@ -692,11 +695,10 @@ impl World {
             .max()
             .unwrap_or(0);
         self.stats.dataplane_handled = self.nodes.values().map(|n| n.host.plane.handled).sum();
-        self.stats.dataplane_busy += self
-            .nodes
-            .values()
-            .filter_map(|n| n.raft.as_ref().map(|r| r.counters().dataplane_busy))
-            .sum::<u64>();
+        for r in self.nodes.values().filter_map(|n| n.raft.as_ref()) {
+            self.stats.dataplane_busy += r.counters().dataplane_busy;
+            self.stats.timeouts_held += r.counters().timeouts_held_in_stall;
+        }
         let live: Vec<(HostStats, u64)> = self
             .nodes
             .values()
@@ -1357,9 +1359,8 @@ impl World {
             self.consume_ring(id);
         }
         for (at, frame) in stalled {
-            for _ in 0..replay.before(Duration::from_micros(at)) {
-                self.raft_mut(id).tick();
-            }
+            let n = replay.before(Duration::from_micros(at));
+            replay.count(self.raft_mut(id), n);
             match frame {
                 Stalled::Raft(m) => self.step_message(id, m),
                 Stalled::Up(from, pkt) => {
@@ -1368,9 +1369,7 @@ impl World {
                 }
             }
         }
-        for _ in 0..replay.rest() {
-            self.raft_mut(id).tick();
-        }
+        replay.count(self.raft_mut(id), replay.rest());
         self.drive(id);
     }
 
@@ -1382,8 +1381,12 @@ impl World {
         if n.raft.is_none() || n.removed {
             return;
         }
-        let busy = n.raft.take().map_or(0, |r| r.counters().dataplane_busy);
+        let (busy, held) = n.raft.take().map_or((0, 0), |r| {
+            let c = r.counters();
+            (c.dataplane_busy, c.timeouts_held_in_stall)
+        });
         self.stats.dataplane_busy += busy;
+        self.stats.timeouts_held += held;
         let n = self.nodes.get_mut(&id).unwrap();
         let old = std::mem::replace(&mut n.host, fresh);
         n.incarnation += 1;

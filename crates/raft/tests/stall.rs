@@ -1,0 +1,103 @@
+//! Ticks that passed while a replica could not run (`Raft::tick_stalled`): the lease counts
+//! them, but no timeout against a peer expires inside a stall.
+
+mod common;
+use common::*;
+use waverunner_raft::*;
+
+fn stalled(net: &mut Net, id: NodeId, n: usize) {
+    for _ in 0..n {
+        net.rm(id).tick_stalled();
+    }
+}
+
+/// The whole machine stalled: the follower's ticks passed, and its leader's heartbeats, sent
+/// as the leader resumed too, had not reached it yet. It does not campaign inside the stall;
+/// the heartbeat that comes next keeps it a follower.
+#[test]
+fn a_follower_does_not_time_out_its_leader_inside_a_stall() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    let pre = net.r(2).counters().pre_elections;
+    stalled(&mut net, 2, 30); // past any randomized timeout (10..20)
+    assert!(net.collect().is_empty(), "no campaign inside the stall");
+    assert_eq!(net.r(2).role(), Role::Follower);
+    assert!(net.r(2).counters().timeouts_held_in_stall > 0);
+    net.tick_only(&[1], 5); // the leader's heartbeat
+    net.tick_only(&[2], 1); // the first on-time tick: the heartbeat came
+    assert_eq!(net.r(2).role(), Role::Follower);
+    assert_eq!(net.r(2).counters().pre_elections, pre);
+    assert_eq!(net.r(2).leader(), 1);
+}
+
+/// Its leader really died: the follower campaigns at the first on-time tick after the stall.
+#[test]
+fn a_follower_whose_leader_died_campaigns_at_the_first_tick_after_a_stall() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    net.isolate(1);
+    let pre = net.r(2).counters().pre_elections;
+    stalled(&mut net, 2, 30);
+    assert_eq!(net.r(2).counters().pre_elections, pre);
+    net.rm(2).tick();
+    assert_eq!(
+        net.r(2).counters().pre_elections,
+        pre + 1,
+        "it campaigns at once"
+    );
+}
+
+/// A loop late at every tick (each of its ticks is a stalled one) still times out a dead
+/// leader: a timeout is held at most `max_stall_hold` stalled ticks between on-time ticks.
+#[test]
+fn a_follower_late_at_every_tick_still_campaigns() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    net.isolate(1);
+    assert_eq!(net.r(2).max_stall_hold(), 21); // two election timeouts of 10 ticks, and one
+    stalled(&mut net, 2, 20 + 21);
+    assert!(net.r(2).counters().pre_elections > 0);
+}
+
+/// A leader's check-quorum window does not end inside a stall: its followers' answers may be
+/// on their way. It ends at the first on-time tick, and a leader cut off steps down within
+/// the next window.
+#[test]
+fn a_leaders_check_quorum_does_not_end_inside_a_stall() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    net.isolate(1);
+    stalled(&mut net, 1, 30); // three windows
+    net.stabilize();
+    assert_eq!(net.r(1).role(), Role::Leader);
+    assert_eq!(net.r(1).counters().check_quorum_step_downs, 0);
+    // The held window ends at the first on-time tick (its answers came before the
+    // partition); the next one, 10 ticks later, has none.
+    net.tick_only(&[1], 1);
+    assert_eq!(net.r(1).role(), Role::Leader);
+    net.tick_only(&[1], 10);
+    assert_eq!(net.r(1).role(), Role::Follower);
+    assert_eq!(net.r(1).counters().check_quorum_step_downs, 1);
+}
+
+/// The lease follows real time through a stall: a leader stalled past its lease answers no
+/// read from it, though it still leads.
+#[test]
+fn a_stall_ends_a_leaders_lease() {
+    let mut net = Net::with(&[1, 2, 3], |c| {
+        c.read_mode = ReadMode::Lease;
+        c.election_tick = 20; // lease = 20 - 5 = 15 ticks
+    });
+    net.elect(1);
+    net.propose(1, b"a");
+    net.tick(1);
+    net.isolate(1);
+    stalled(&mut net, 1, 16);
+    assert_eq!(net.r(1).role(), Role::Leader);
+    net.rm(1).read_index(b"l".to_vec()).unwrap();
+    net.stabilize();
+    assert!(
+        net.nodes[&1].read_states.is_empty(),
+        "no lease read after a stall longer than the lease"
+    );
+}
