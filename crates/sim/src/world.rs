@@ -2272,6 +2272,65 @@ mod tests {
         assert!(checked >= 10, "only {checked} seeds had the data plane on");
     }
 
+    /// The whole machine stalls: every replica pauses at once for longer than an election
+    /// timeout, then they resume, the followers first. No frame arrived during the stall (the
+    /// leader could not send one), so the followers' replays have nothing to step between
+    /// their ticks; those ticks go through `Raft::tick_stalled`, so no follower times its
+    /// leader out before the resumed leader's heartbeat comes. Counted as plain ticks, both
+    /// followers campaigned at resume and elected a new leader.
+    #[test]
+    fn a_cluster_paused_as_a_whole_keeps_its_leader() {
+        let mut checked = 0;
+        for seed in 1..=24 {
+            let mut w = quiet_world(seed);
+            run_for(&mut w, 800_000);
+            let Some(l) = w.leader() else { continue };
+            let term = w.nodes[&l].raft.as_ref().unwrap().term();
+            let ids: Vec<NodeId> = w.nodes.keys().copied().collect();
+            let state = |w: &World| -> Vec<(NodeId, Term, NodeId)> {
+                ids.iter()
+                    .filter_map(|id| {
+                        w.nodes[id]
+                            .raft
+                            .as_ref()
+                            .map(|r| (*id, r.term(), r.leader()))
+                    })
+                    .collect()
+            };
+            let before = state(&w);
+            let followers = before.iter().filter(|s| (s.1, s.2) == (term, l)).count();
+            if followers < 3 {
+                continue; // not every replica follows it (the adversary's last fault)
+            }
+            for id in &ids {
+                let n = w.nodes.get_mut(id).unwrap();
+                n.paused = true;
+                n.paused_at = w.now;
+            }
+            // 30 ticks: longer than the longest election timeout (20).
+            run_for(&mut w, 30 * TICK_US);
+            for id in ids.iter().filter(|&&id| id != l).chain([&l]) {
+                w.resume(*id);
+            }
+            run_for(&mut w, 30 * TICK_US);
+            assert_eq!(
+                state(&w),
+                before,
+                "seed {seed}: (replica, term, leader) after the whole cluster paused"
+            );
+            assert!(
+                w.checker.violations.is_empty(),
+                "seed {seed}: {:?}",
+                w.checker.violations
+            );
+            checked += 1;
+        }
+        assert!(
+            checked >= 12,
+            "only {checked} seeds had a leader all followed"
+        );
+    }
+
     /// A leader whose loop stalls while clients write to its data plane: the data plane
     /// orders, replicates and commits on its own (XDP runs in the kernel) and answers the
     /// clients; its keepalive thread keeps its followers (clients' writes alone may leave an
