@@ -34,9 +34,9 @@ pub struct Replay {
     remaining: u64,
     /// Ticks counted at most in one gap.
     cap: u64,
-    /// Whether these ticks passed in a stall (one or more was missed): they are counted with
-    /// [`Raft::tick_stalled`], so no timeout against a peer expires before the first on-time
-    /// tick.
+    /// Whether these ticks passed in a stall (counted a tick or more after the loop meant to):
+    /// they are counted with [`Raft::tick_stalled`], so no timeout against a peer expires
+    /// before the first on-time tick.
     stalled: bool,
 }
 
@@ -46,9 +46,8 @@ pub fn tick_cap(election_ticks: u32) -> u64 {
 }
 
 impl Replay {
-    /// A replay of `ticks` ticks that fell due, the first at `first_due`, one every `tick`,
-    /// at most `cap` of them counted in a row.
-    /// They passed in a stall.
+    /// A replay of `ticks` ticks that fell due in a stall, the first at `first_due`, one every
+    /// `tick`, at most `cap` of them counted in a row.
     pub fn new(ticks: u64, first_due: Time, tick: Duration, cap: u64) -> Replay {
         Replay {
             due: first_due,

@@ -738,6 +738,7 @@ impl Raft {
             return false;
         }
         self.stall_held += 1;
+        debug_assert!(self.stall_held <= self.max_stall_hold());
         self.counters.timeouts_held_in_stall += 1;
         true
     }
