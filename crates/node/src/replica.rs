@@ -242,6 +242,12 @@ pub fn run_keepalive(
             KeepaliveStep::Send => {}
         }
         let msgs = ka.msgs.lock().expect("keepalive").clone();
+        tracing::debug!(
+            target: "stall",
+            "keepalive: the loop last ticked {} ms ago; sending {} messages",
+            ka.now_ms().saturating_sub(last),
+            msgs.len()
+        );
         for m in msgs {
             ka.sent.fetch_add(1, Ordering::Relaxed);
             transport.send(m.to, Frame::Raft(m));
