@@ -121,6 +121,41 @@ impl Replay {
     }
 }
 
+/// A replica's host at the end of a stall, as [`replay_stall`] drives it. The node's loop and
+/// the simulator's resume both implement it, so both replay a stall in the same order.
+pub trait StallHost {
+    /// A frame that waited: a peer's message, a packet the data plane passed up.
+    type Frame;
+    /// The replica's Raft core.
+    fn raft(&mut self) -> &mut Raft;
+    /// With a data plane: the ticks of `replay` before it last heard the leader are not
+    /// counted (a follower's, `DataPlaneHost::skip_ticks_before_leader_heard`), then the ring
+    /// it filled during the stall is fed to the core. Nothing without one.
+    fn feed_data_plane(&mut self, replay: &mut Replay);
+    /// The next frame that waited, with when it arrived; `None` when none is left.
+    fn next_frame(&mut self) -> Option<(Time, Self::Frame)>;
+    /// Steps `frame`; true if stepping it held the loop past the replay's end (the frames
+    /// left come in the next replay, after the ticks of that hold).
+    fn step_frame(&mut self, frame: Self::Frame) -> bool;
+}
+
+/// Replays the stall of `replay` on `host` in the order that keeps the clocks honest: first
+/// what the data plane took meanwhile (its last append proves the leader alive then), then
+/// each frame that waited after the ticks that passed before it arrived. Returns whether a
+/// frame overran the replay. The ticks left ([`Replay::rest`]) are the caller's to count: the
+/// node counts them with its own tick work, the simulator at once.
+pub fn replay_stall<H: StallHost>(host: &mut H, replay: &mut Replay) -> bool {
+    host.feed_data_plane(replay);
+    while let Some((arrived, frame)) = host.next_frame() {
+        let n = replay.before(arrived);
+        replay.count(host.raft(), n);
+        if host.step_frame(frame) {
+            return true;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +211,61 @@ mod tests {
             "a late frame: all but the last tick"
         );
         assert_eq!(r.rest(), 1, "the last tick comes after every frame");
+    }
+
+    /// A host that records what `replay_stall` asked of it.
+    struct Recorder {
+        raft: Raft,
+        frames: std::collections::VecDeque<(Time, &'static str)>,
+        log: Vec<String>,
+        overrun_at: Option<&'static str>,
+    }
+
+    impl StallHost for Recorder {
+        type Frame = &'static str;
+        fn raft(&mut self) -> &mut Raft {
+            &mut self.raft
+        }
+        fn feed_data_plane(&mut self, replay: &mut Replay) {
+            self.log.push(format!("feed ({} ticks due)", replay.rest()));
+        }
+        fn next_frame(&mut self) -> Option<(Time, &'static str)> {
+            self.frames.pop_front()
+        }
+        fn step_frame(&mut self, f: &'static str) -> bool {
+            self.log.push(f.to_string());
+            self.overrun_at == Some(f)
+        }
+    }
+
+    #[test]
+    fn a_stall_replays_the_data_plane_first_then_each_frame_after_its_ticks() {
+        let mut h = Recorder {
+            raft: crate::testing::single_leader(&[]),
+            frames: [(25 * MS, "a"), (1_000 * MS, "b")].into(),
+            log: Vec::new(),
+            overrun_at: None,
+        };
+        // 5 ticks due at 10, 20, 30, 40, 50 ms.
+        let mut r = Replay::new(5, 10 * MS, 10 * MS, 21);
+        assert!(!replay_stall(&mut h, &mut r));
+        assert_eq!(h.log, ["feed (5 ticks due)", "a", "b"]);
+        assert_eq!(
+            r.rest(),
+            1,
+            "2 ticks before a, 2 before b, the last after both"
+        );
+        // A frame that holds the loop past the replay ends it: the next waits.
+        let mut h = Recorder {
+            frames: [(25 * MS, "a"), (30 * MS, "b")].into(),
+            log: Vec::new(),
+            overrun_at: Some("a"),
+            ..h
+        };
+        let mut r = Replay::new(5, 10 * MS, 10 * MS, 21);
+        assert!(replay_stall(&mut h, &mut r));
+        assert_eq!(h.log, ["feed (5 ticks due)", "a"]);
+        assert_eq!(h.frames.len(), 1);
     }
 
     #[test]

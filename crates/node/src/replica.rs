@@ -33,7 +33,8 @@ use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Requests};
 use waverunner_host::snapshots::Compaction;
 use waverunner_host::status::Protocol;
-use waverunner_host::ticks::Replay;
+use waverunner_host::ticks::{replay_stall, Replay, StallHost};
+use waverunner_host::Time;
 
 /// Events queued to the replica loop at most; a client request beyond it is refused (busy).
 pub const EVENT_QUEUE: usize = 65_536;
@@ -253,6 +254,69 @@ pub fn run_keepalive(
             transport.send(m.to, Frame::Raft(m));
         }
         stop.sleep(2 * tick);
+    }
+}
+
+/// The replica loop at the end of a stall, for [`replay_stall`]: its frames are the events
+/// that waited in its queue with an arrival time; the others keep their order in `backlog`
+/// (bounded by [`EVENT_QUEUE`]) and come after all the ticks.
+struct LoopStall<'a, S: StateMachine> {
+    r: &'a mut Replica<S>,
+    rx: &'a Receiver<Event>,
+    backlog: &'a mut VecDeque<Event>,
+    /// When the next tick is due after this replay.
+    end: Instant,
+}
+
+impl<S: StateMachine> StallHost for LoopStall<'_, S> {
+    type Frame = Event;
+
+    fn raft(&mut self) -> &mut Raft {
+        &mut self.r.raft
+    }
+
+    /// Appends the data plane took while this loop was starved are on the ring: fed first, so
+    /// a follower's election timer counts from the last one it really got rather than from
+    /// before the stall. The ticks due before that last one are not counted: the ring proves
+    /// the leader alive then, and Raft's timer restarts at every append (counted after the
+    /// feed, a follower stopped or starved 150 ms or more while its data plane took the
+    /// appends timed out a live leader, and the data plane handed off).
+    fn feed_data_plane(&mut self, replay: &mut Replay) {
+        let r = &mut *self.r;
+        let Some(d) = r.dp.as_ref() else { return };
+        let epoch = r.epoch;
+        let skipped = d.skip_ticks_before_leader_heard(&r.raft, replay, |ns| {
+            waverunner_dataplane::instant_at(ns).saturating_duration_since(epoch)
+        });
+        if skipped > 0 {
+            tracing::debug!(
+                "node {}: {skipped} ticks before the data plane last heard the leader not counted",
+                r.cfg.id
+            );
+        }
+        r.on_ring();
+    }
+
+    fn next_frame(&mut self) -> Option<(Time, Event)> {
+        while self.backlog.len() < EVENT_QUEUE {
+            let ev = self.rx.try_recv().ok()?;
+            match ev.arrived() {
+                Some(arrived) => {
+                    return Some((arrived.saturating_duration_since(self.r.epoch), ev));
+                }
+                None => self.backlog.push_back(ev),
+            }
+        }
+        None
+    }
+
+    /// Stepping it held the loop past the next tick (a 64 MiB forwarded value proposed): the
+    /// frames queued behind it came during the hold, after ticks this replay does not count.
+    /// Stepped now, before those ticks, they left a leader's check-quorum a whole window
+    /// without its followers' answers when the ticks were counted next, and it stepped down.
+    fn step_frame(&mut self, ev: Event) -> bool {
+        self.r.on_event(ev);
+        Instant::now() >= self.end
     }
 }
 
@@ -887,24 +951,6 @@ impl<S: StateMachine> Replica<S> {
         ) else {
             return Ok(false);
         };
-        // Appends the data plane took while this loop was starved are on the ring: feed them
-        // first, so a follower's election timer counts from the last one it really got rather
-        // than from before the stall. The ticks due before that last one are not counted: the
-        // ring proves the leader alive then, and Raft's timer restarts at every append (counted
-        // after the feed, a follower stopped or starved 150 ms or more while its data plane took
-        // the appends timed out a live leader, and the data plane handed off).
-        if let Some(d) = self.dp.as_ref() {
-            let skipped = d.skip_ticks_before_leader_heard(&self.raft, &mut replay, |ns| {
-                at(waverunner_dataplane::instant_at(ns))
-            });
-            if skipped > 0 {
-                tracing::debug!(
-                    "node {}: {skipped} ticks before the data plane last heard the leader not counted",
-                    self.cfg.id
-                );
-            }
-            self.on_ring();
-        }
         // A stall (this loop applied a large value, the machine was busy, the process was
         // stopped): the ticks it missed are replayed in step with what peers sent meanwhile,
         // each frame after the ticks that passed before it arrived (its kernel receive time).
@@ -920,27 +966,15 @@ impl<S: StateMachine> Replica<S> {
         // in the queue behind a busy loop (a follower's held appends waited 50-130 ms under a
         // write flood, and it timed out a live leader). They prove who was alive when they
         // came, so they are stepped before the ticks that passed after their arrival.
-        let mut overran = false;
-        while backlog.len() < EVENT_QUEUE {
-            let Ok(ev) = rx.try_recv() else { break };
-            match ev.arrived() {
-                Some(arrived) => {
-                    let n = replay.before(at(arrived));
-                    replay.count(&mut self.raft, n);
-                    self.on_event(ev);
-                    // Stepping it held the loop past the next tick (a 64 MiB forwarded value
-                    // proposed): the frames queued behind it came during the hold, after
-                    // ticks this replay does not count. Stepped now, before those ticks, they
-                    // left a leader's check-quorum a whole window without its followers'
-                    // answers when the ticks were counted next, and it stepped down.
-                    if Instant::now() >= epoch + next {
-                        overran = true;
-                        break;
-                    }
-                }
-                None => backlog.push_back(ev),
-            }
-        }
+        let overran = replay_stall(
+            &mut LoopStall {
+                r: self,
+                rx,
+                backlog,
+                end: epoch + next,
+            },
+            &mut replay,
+        );
         self.on_tick(&replay);
         let ka = &self.keepalive;
         ka.last_tick_ms.store(ka.now_ms(), Ordering::Relaxed);

@@ -23,7 +23,7 @@ use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Outcome, Requests};
 use waverunner_host::snapshots::Compaction;
 use waverunner_host::status::Protocol;
-use waverunner_host::ticks::Replay;
+use waverunner_host::ticks::{replay_stall, Replay, StallHost};
 use waverunner_kv::{KvStore, Op as KvOp};
 
 /// One simulated millisecond: the Raft tick.
@@ -484,6 +484,51 @@ pub struct World {
     checker: Checker,
     stats: Stats,
     seed: u64,
+}
+
+/// A paused replica resuming, for [`replay_stall`]: its frames are what waited in its sockets.
+struct Resumed<'a> {
+    w: &'a mut World,
+    id: NodeId,
+    frames: std::vec::IntoIter<(u64, Stalled)>,
+}
+
+impl StallHost for Resumed<'_> {
+    type Frame = Stalled;
+
+    fn raft(&mut self) -> &mut Raft {
+        self.w.raft_mut(self.id)
+    }
+
+    fn feed_data_plane(&mut self, replay: &mut Replay) {
+        if !self.w.opts.dataplane {
+            return;
+        }
+        let n = &self.w.nodes[&self.id];
+        let raft = n.raft.as_ref().unwrap();
+        let skipped = n
+            .host
+            .skip_ticks_before_leader_heard(raft, replay, Duration::from_nanos);
+        self.w.stats.ticks_not_counted += skipped;
+        self.w.consume_ring(self.id);
+    }
+
+    fn next_frame(&mut self) -> Option<(waverunner_host::Time, Stalled)> {
+        self.frames
+            .next()
+            .map(|(at, f)| (Duration::from_micros(at), f))
+    }
+
+    fn step_frame(&mut self, frame: Stalled) -> bool {
+        match frame {
+            Stalled::Raft(m) => self.w.step_message(self.id, m),
+            Stalled::Up(from, pkt) => {
+                self.w.pass_up(self.id, from, &pkt);
+                self.w.flush_plane(self.id);
+            }
+        }
+        false
+    }
 }
 
 impl World {
@@ -1348,27 +1393,17 @@ impl World {
         let first_due = Duration::from_micros(n.paused_at + TICK_US);
         let tick = Duration::from_micros(TICK_US);
         let mut replay = Replay::new(missed, first_due, tick, cap);
-        // As the node's loop: the ticks before the data plane last heard the leader are not
-        // counted, and the ring it filled meanwhile is fed before the frames that waited.
-        if self.opts.dataplane {
-            let raft = n.raft.as_ref().unwrap();
-            let skipped =
-                n.host
-                    .skip_ticks_before_leader_heard(raft, &mut replay, Duration::from_nanos);
-            self.stats.ticks_not_counted += skipped;
-            self.consume_ring(id);
-        }
-        for (at, frame) in stalled {
-            let n = replay.before(Duration::from_micros(at));
-            replay.count(self.raft_mut(id), n);
-            match frame {
-                Stalled::Raft(m) => self.step_message(id, m),
-                Stalled::Up(from, pkt) => {
-                    self.pass_up(id, from, &pkt);
-                    self.flush_plane(id);
-                }
-            }
-        }
+        // The node's order (`waverunner_host::ticks::replay_stall`): the data plane's rule and
+        // ring, then the frames that waited, each after the ticks before its arrival.
+        let overran = replay_stall(
+            &mut Resumed {
+                w: self,
+                id,
+                frames: stalled.into_iter(),
+            },
+            &mut replay,
+        );
+        debug_assert!(!overran, "a simulated step takes no time");
         replay.count(self.raft_mut(id), replay.rest());
         self.drive(id);
     }
