@@ -199,6 +199,8 @@ pub fn encode_message(m: &Message, out: &mut Vec<u8>) {
             w.put_u8(8);
             w.put_bytes(context);
         }
+        MessageBody::Keepalive => w.put_u8(15),
+        MessageBody::KeepaliveResponse => w.put_u8(16),
         MessageBody::InstallSnapshot {
             meta,
             total,
@@ -307,6 +309,8 @@ fn decode_message_in(b: &[u8], owner: Option<&Bytes>) -> Result<Message, WireErr
         8 => MessageBody::HeartbeatResponse {
             context: get_vec(&mut r)?,
         },
+        15 => MessageBody::Keepalive,
+        16 => MessageBody::KeepaliveResponse,
         9 => {
             let meta = get_snapshot_meta(&mut r)?;
             let total = r.get_u64()?;
@@ -733,6 +737,8 @@ mod tests {
             context: b"ctx".to_vec(),
         }));
         roundtrip(msg(MessageBody::HeartbeatResponse { context: vec![] }));
+        roundtrip(msg(MessageBody::Keepalive));
+        roundtrip(msg(MessageBody::KeepaliveResponse));
         roundtrip(msg(MessageBody::TimeoutNow));
         roundtrip(msg(MessageBody::ReadIndex { context: vec![1] }));
         roundtrip(msg(MessageBody::ReadIndexResponse {

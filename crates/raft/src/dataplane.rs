@@ -300,16 +300,13 @@ impl Raft {
             (MessageBody::AppendResponse { reject: true, .. }, Role::Leader) => {
                 Some(DisableReason::RejectReceived)
             }
-            // A stalled leader's liveness-only heartbeat (`Raft::keepalive_messages`): it
-            // restarts the election timer and touches neither the log nor the commit index.
-            (MessageBody::Heartbeat { commit: 0, context }, Role::Follower)
-                if context == crate::raft::KEEPALIVE_CONTEXT =>
-            {
-                None
-            }
+            // A stalled leader's keepalive: it restarts the election timer and touches neither
+            // the log nor the commit index.
+            (MessageBody::Keepalive, Role::Follower) => None,
             (
                 MessageBody::Append { .. }
                 | MessageBody::Heartbeat { .. }
+                | MessageBody::Keepalive
                 | MessageBody::InstallSnapshot { .. },
                 r,
             ) if r != Role::Leader => Some(DisableReason::NewTerm),

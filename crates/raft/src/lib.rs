@@ -54,6 +54,6 @@ pub use config::{Bootstrap, Config, ReadMode};
 pub use dataplane::DataPlaneState;
 pub use errors::{CompactError, ConfigError, ProposeError, ReadError, StepError};
 pub use progress::ProgressState;
-pub use raft::{Counters, Proposal, Raft, KEEPALIVE_CONTEXT, STASH_BOUND};
+pub use raft::{Counters, Proposal, Raft, STASH_BOUND};
 pub use snapshot::{memory_sink, SinkFactory, SnapshotSink};
 pub use types::*;

@@ -82,10 +82,6 @@ pub enum Proposal {
 /// Bound of the queue of messages stashed while the data plane is being disabled.
 pub const STASH_BOUND: usize = 256;
 
-/// The context of a follower's liveness-only heartbeat answer ([`Raft::keepalive_messages`]).
-/// ReadIndex contexts are 8 bytes, so this one never matches a read.
-pub const KEEPALIVE_CONTEXT: &[u8] = b"keepalive";
-
 /// One Raft replica.
 pub struct Raft {
     pub(crate) cfg: Config,
@@ -1038,6 +1034,7 @@ impl Raft {
                 }
                 MessageBody::Append { .. }
                 | MessageBody::Heartbeat { .. }
+                | MessageBody::Keepalive
                 | MessageBody::InstallSnapshot { .. } => {
                     self.become_follower(m.term, m.from);
                 }
@@ -1045,7 +1042,9 @@ impl Raft {
             }
         } else if m.term < self.term {
             match &m.body {
-                MessageBody::Append { .. } | MessageBody::Heartbeat { .. }
+                MessageBody::Append { .. }
+                | MessageBody::Heartbeat { .. }
+                | MessageBody::Keepalive
                     if self.cfg.check_quorum || self.cfg.pre_vote =>
                 {
                     // Tell a stale leader our term so it steps down.
@@ -1098,6 +1097,13 @@ impl Raft {
                 self.handle_heartbeat_response(from, context);
                 Ok(())
             }
+            MessageBody::KeepaliveResponse => {
+                // Liveness only (see `keepalive_messages`): no lease, no read, no flow control.
+                if let Some(pr) = self.prs.get_mut(&from) {
+                    pr.recent_active = true;
+                }
+                Ok(())
+            }
             MessageBody::SnapshotProgress { index, received } => {
                 self.handle_snapshot_progress(from, index, received);
                 Ok(())
@@ -1113,6 +1119,7 @@ impl Raft {
             }
             MessageBody::Append { .. }
             | MessageBody::Heartbeat { .. }
+            | MessageBody::Keepalive
             | MessageBody::InstallSnapshot { .. } => Err(StepError::Inconsistent(
                 "another leader in this leader's term",
             )),
@@ -1124,6 +1131,7 @@ impl Raft {
         match m.body {
             MessageBody::Append { .. }
             | MessageBody::Heartbeat { .. }
+            | MessageBody::Keepalive
             | MessageBody::InstallSnapshot { .. } => {
                 // Someone won this term.
                 let t = self.term;
@@ -1169,6 +1177,10 @@ impl Raft {
             MessageBody::Heartbeat { commit, context } => {
                 self.accept_leader(from)?;
                 self.handle_heartbeat(from, commit, context)?;
+            }
+            MessageBody::Keepalive => {
+                self.accept_leader(from)?;
+                self.send(from, MessageBody::KeepaliveResponse);
             }
             MessageBody::InstallSnapshot {
                 meta,
@@ -1401,15 +1413,15 @@ impl Raft {
     ///   ReadIndex context. Followers get them late or more than once, as a slow network
     ///   delivers ordinary heartbeats (the simulator's duplication and delay); they confirm no
     ///   read.
-    /// - a leader whose data plane is on: a liveness-only heartbeat ([`KEEPALIVE_CONTEXT`],
-    ///   commit 0) to each follower, which restarts its election timer and leaves its data
-    ///   plane on (`dataplane_trigger`). A leader's data plane stops ordering, and so sends
+    /// - a leader whose data plane is on: a [`MessageBody::Keepalive`] to each follower,
+    ///   which restarts its election timer, leaves its data plane on (`dataplane_trigger`) and
+    ///   is answered with a [`MessageBody::KeepaliveResponse`]. A leader's data plane stops ordering, and so sends
     ///   no appends, once its stalled host falls a quarter ring behind (`fp_shed_inline`):
     ///   without it, followers timed out a live leader 100 ms into a stall and the data plane
     ///   handed off (50 closed-loop native writers on two CPUs, `docs/dataplane.md`).
-    /// - a follower that knows its leader: a liveness-only acknowledgement
-    ///   ([`KEEPALIVE_CONTEXT`]), which keeps the leader's check-quorum from stepping down but
-    ///   renews no lease and answers no read: the stalled loop may already be granting a vote.
+    /// - a follower that knows its leader: a [`MessageBody::KeepaliveResponse`], which keeps
+    ///   the leader's check-quorum from stepping down but renews no lease and answers no read:
+    ///   the stalled loop may already be granting a vote.
     ///
     /// So followers keep hearing their leader, and the leader its followers, during a stall
     /// that is not a failure.
@@ -1440,22 +1452,11 @@ impl Raft {
                 .prs
                 .keys()
                 .filter(|&&id| id != self.cfg.id)
-                .map(|&id| {
-                    msg(
-                        id,
-                        MessageBody::Heartbeat {
-                            commit: 0,
-                            context: KEEPALIVE_CONTEXT.to_vec(),
-                        },
-                    )
-                })
+                .map(|&id| msg(id, MessageBody::Keepalive))
                 .collect(),
-            Role::Follower if self.leader != 0 && self.leader != self.cfg.id => vec![msg(
-                self.leader,
-                MessageBody::HeartbeatResponse {
-                    context: KEEPALIVE_CONTEXT.to_vec(),
-                },
-            )],
+            Role::Follower if self.leader != 0 && self.leader != self.cfg.id => {
+                vec![msg(self.leader, MessageBody::KeepaliveResponse)]
+            }
             _ => Vec::new(),
         }
     }
@@ -1552,10 +1553,6 @@ impl Raft {
             return;
         };
         pr.recent_active = true;
-        if context == KEEPALIVE_CONTEXT {
-            // Liveness only (see `keepalive_messages`): no lease, no read, no flow control.
-            return;
-        }
         pr.last_active_tick = Some(now);
         pr.probe_sent = false;
         if pr.state == ProgressState::Replicate && pr.inflights.full() {

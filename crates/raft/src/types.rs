@@ -251,6 +251,15 @@ pub enum MessageBody {
     Heartbeat { commit: Index, context: Vec<u8> },
     /// Answer to a heartbeat, echoing its context.
     HeartbeatResponse { context: Vec<u8> },
+    /// A stalled leader's keepalive while its data plane replicates (`Raft::keepalive_messages`):
+    /// it restarts the follower's election timer and touches neither the log nor the commit
+    /// index (the data plane owns both).
+    Keepalive,
+    /// A liveness-only answer (to a [`MessageBody::Keepalive`], or a stalled follower's own):
+    /// it keeps the leader's check-quorum from stepping down but renews no lease, answers no
+    /// read and moves no flow control, because the stalled follower may be granting a vote in
+    /// the batch it is busy with.
+    KeepaliveResponse,
     /// InstallSnapshot (§7), one piece: `data` is the snapshot's bytes at `offset` of its
     /// `total` (see `snapshot.rs`).
     InstallSnapshot {

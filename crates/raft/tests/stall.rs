@@ -101,3 +101,41 @@ fn a_stall_ends_a_leaders_lease() {
         "no lease read after a stall longer than the lease"
     );
 }
+
+/// A stalled follower's keepalive thread answers for it (`Raft::keepalive_messages`): the
+/// answer keeps the leader's check-quorum from stepping down, but renews no lease, because
+/// the stalled follower may be granting a vote in the batch it is busy with.
+#[test]
+fn a_followers_keepalive_answer_keeps_its_leader_but_renews_no_lease() {
+    let mut net = Net::with(&[1, 2, 3], |c| {
+        c.read_mode = ReadMode::Lease;
+        c.election_tick = 20; // lease = 20 - 5 = 15 ticks
+    });
+    net.elect(1);
+    net.propose(1, b"a");
+    net.tick(1);
+    let answers: Vec<Message> = [2, 3]
+        .iter()
+        .flat_map(|&id| net.r(id).keepalive_messages())
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert!(answers
+        .iter()
+        .all(|m| m.to == 1 && matches!(m.body, MessageBody::KeepaliveResponse)));
+    net.isolate(1);
+    // Three check-quorum windows, the followers' keepalive answers every tick.
+    for _ in 0..60 {
+        net.tick_only(&[1], 1);
+        for m in &answers {
+            net.rm(1).step(m.clone()).expect("a keepalive answer");
+        }
+    }
+    assert_eq!(net.r(1).role(), Role::Leader, "check-quorum held");
+    assert_eq!(net.r(1).counters().check_quorum_step_downs, 0);
+    net.rm(1).read_index(b"l".to_vec()).unwrap();
+    net.stabilize();
+    assert!(
+        net.nodes[&1].read_states.is_empty(),
+        "a lease read from keepalive answers alone"
+    );
+}
