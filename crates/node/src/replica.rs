@@ -284,9 +284,8 @@ impl<S: StateMachine> StallHost for LoopStall<'_, S> {
     fn feed_data_plane(&mut self, replay: &mut Replay) {
         let r = &mut *self.r;
         let Some(d) = r.dp.as_ref() else { return };
-        let epoch = r.epoch;
         let skipped = d.skip_ticks_before_leader_heard(&r.raft, replay, |ns| {
-            waverunner_dataplane::instant_at(ns).saturating_duration_since(epoch)
+            r.time_of(waverunner_dataplane::instant_at(ns))
         });
         if skipped > 0 {
             tracing::debug!(
@@ -302,7 +301,7 @@ impl<S: StateMachine> StallHost for LoopStall<'_, S> {
             let ev = self.rx.try_recv().ok()?;
             match ev.arrived() {
                 Some(arrived) => {
-                    return Some((arrived.saturating_duration_since(self.r.epoch), ev));
+                    return Some((self.r.time_of(arrived), ev));
                 }
                 None => self.backlog.push_back(ev),
             }
@@ -937,14 +936,13 @@ impl<S: StateMachine> Replica<S> {
         rx: &Receiver<Event>,
         backlog: &mut VecDeque<Event>,
     ) -> Result<bool, Fatal> {
-        let epoch = self.epoch;
-        let at = |t: Instant| t.saturating_duration_since(epoch);
+        let at = |t: Instant| self.time_of(t);
         let now = Instant::now();
         // Every tick that elapsed counts, also those missed while the process was stopped or
         // starved (`waverunner_host::ticks`: capped at two election timeouts).
         let Some((mut replay, missed, next)) = Replay::due(
             at(self.next_tick),
-            at(self.next_tick.max(self.slept_until)),
+            at(self.slept_until),
             at(now),
             tick,
             self.cfg.election_ticks,
@@ -966,12 +964,13 @@ impl<S: StateMachine> Replica<S> {
         // in the queue behind a busy loop (a follower's held appends waited 50-130 ms under a
         // write flood, and it timed out a live leader). They prove who was alive when they
         // came, so they are stepped before the ticks that passed after their arrival.
+        let end = self.epoch + next;
         let overran = replay_stall(
             &mut LoopStall {
                 r: self,
                 rx,
                 backlog,
-                end: epoch + next,
+                end,
             },
             &mut replay,
         );
@@ -981,7 +980,7 @@ impl<S: StateMachine> Replica<S> {
         // A leader's heartbeats (none while an enabled data plane carries them), a follower's
         // liveness-only answer.
         *ka.msgs.lock().expect("keepalive") = self.raft.keepalive_messages();
-        self.next_tick = self.epoch + next;
+        self.next_tick = end;
         // What the tick produced (heartbeats, a campaign's vote requests) goes out now, not
         // when the next event or tick wakes this loop. Left for the next wake-up, an idle
         // replica's vote requests waited a tick, and two survivors of a crashed leader woke
@@ -1924,7 +1923,12 @@ fn rss_bytes() -> u64 {
 impl<S: StateMachine> Replica<S> {
     /// The time for the host logic: since this replica started.
     fn now(&self) -> waverunner_host::Time {
-        self.epoch.elapsed()
+        self.time_of(Instant::now())
+    }
+
+    /// The host logic's time of `t`.
+    fn time_of(&self, t: Instant) -> waverunner_host::Time {
+        t.saturating_duration_since(self.epoch)
     }
 
     /// Feeds every record on the data plane's ring to the core.

@@ -237,7 +237,7 @@ impl Raft {
     }
 
     /// Tick while On.
-    pub(crate) fn tick_dataplane_on(&mut self) {
+    pub(crate) fn tick_dataplane_on(&mut self, stalled: bool) {
         if self.role == Role::Leader {
             self.dp.since_append += 1;
             if self.dp.since_append >= self.cfg.heartbeat_tick {
@@ -247,9 +247,8 @@ impl Raft {
                 self.counters.dataplane_heartbeats += 1;
             }
             self.dp.window_elapsed += 1;
-            if self.dp.window_elapsed >= self.cfg.election_tick && self.hold_in_stall() {
-                self.dp.window_elapsed = self.cfg.election_tick - 1;
-            }
+            self.dp.window_elapsed =
+                self.hold_in_stall(stalled, self.dp.window_elapsed, self.cfg.election_tick);
             if self.dp.window_elapsed >= self.cfg.election_tick {
                 let stuck =
                     self.dp.window_pushed > 0 && self.log.committed() == self.dp.window_commit;
@@ -266,9 +265,8 @@ impl Raft {
             }
         } else {
             self.election_elapsed = self.election_elapsed.saturating_add(1);
-            if self.election_elapsed >= self.randomized_timeout && self.hold_in_stall() {
-                self.election_elapsed = self.randomized_timeout - 1;
-            }
+            self.election_elapsed =
+                self.hold_in_stall(stalled, self.election_elapsed, self.randomized_timeout);
             if self.election_elapsed >= self.randomized_timeout {
                 self.election_elapsed = 0;
                 if self.start_disable(DisableReason::ElectionTimeout) {

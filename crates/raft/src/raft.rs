@@ -102,8 +102,6 @@ pub struct Raft {
     pub(crate) randomized_timeout: u32,
     /// Ticks since start (lease bookkeeping).
     pub(crate) now: u64,
-    /// The tick being counted is one of a stall of this replica ([`Raft::tick_stalled`]).
-    in_stall: bool,
     /// Stalled ticks a timeout has been held at its last tick since the last on-time tick
     /// (at most [`Raft::max_stall_hold`]).
     stall_held: u32,
@@ -198,7 +196,6 @@ impl Raft {
             heartbeat_elapsed: 0,
             randomized_timeout: config.election_tick,
             now: 0,
-            in_stall: false,
             stall_held: 0,
             rng,
             msgs: Vec::new(),
@@ -698,7 +695,7 @@ impl Raft {
     /// Advances logical time by one tick.
     pub fn tick(&mut self) {
         self.stall_held = 0;
-        self.step_tick();
+        self.step_tick(false);
     }
 
     /// Advances logical time by one tick that passed while this replica could not run (its
@@ -716,9 +713,7 @@ impl Raft {
     /// liveness is at stake: a follower that holds is more loyal to its leader, which keeps a
     /// lease conservative.
     pub fn tick_stalled(&mut self) {
-        self.in_stall = true;
-        self.step_tick();
-        self.in_stall = false;
+        self.step_tick(true);
     }
 
     /// The most stalled ticks a timeout is held at its last tick between two on-time ticks:
@@ -727,57 +722,58 @@ impl Raft {
         2 * self.cfg.election_tick + 1
     }
 
-    /// Whether a timeout that has just expired is held at its last tick instead (see
-    /// [`Raft::tick_stalled`]).
-    pub(crate) fn hold_in_stall(&mut self) -> bool {
-        if !self.in_stall || self.stall_held >= self.max_stall_hold() {
-            return false;
+    /// A timeout's `elapsed` ticks against its `limit`, after a tick: held at its last tick
+    /// if it has just expired on a `stalled` one (see [`Raft::tick_stalled`]), as it is
+    /// otherwise.
+    pub(crate) fn hold_in_stall(&mut self, stalled: bool, elapsed: u32, limit: u32) -> u32 {
+        if !stalled || elapsed < limit || self.stall_held >= self.max_stall_hold() {
+            return elapsed;
         }
         self.stall_held += 1;
         debug_assert!(self.stall_held <= self.max_stall_hold());
         self.counters.timeouts_held_in_stall += 1;
-        true
+        limit - 1
     }
 
-    fn step_tick(&mut self) {
+    fn step_tick(&mut self, stalled: bool) {
         self.now += 1;
         self.log.reclaim();
         match self.dp.state {
             DataPlaneState::Disabling { .. } => return, // time stands still until disabled
             DataPlaneState::On { .. } => {
-                self.tick_dataplane_on();
+                self.tick_dataplane_on(stalled);
                 return;
             }
             _ => {}
         }
         if self.role == Role::Leader {
-            self.tick_leader();
+            self.tick_leader(stalled);
         } else {
-            self.tick_election();
+            self.tick_election(stalled);
         }
     }
 
-    fn tick_election(&mut self) {
+    fn tick_election(&mut self, stalled: bool) {
         self.election_elapsed = self.election_elapsed.saturating_add(1);
-        if self.promotable() && self.election_elapsed >= self.randomized_timeout {
-            if self.hold_in_stall() {
-                self.election_elapsed = self.randomized_timeout - 1;
-                return;
-            }
+        if !self.promotable() {
+            return;
+        }
+        self.election_elapsed =
+            self.hold_in_stall(stalled, self.election_elapsed, self.randomized_timeout);
+        if self.election_elapsed >= self.randomized_timeout {
             self.election_elapsed = 0;
             self.hup(CampaignKind::Election);
         }
     }
 
-    fn tick_leader(&mut self) {
+    fn tick_leader(&mut self, stalled: bool) {
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
         self.dp.backoff_elapsed = self.dp.backoff_elapsed.saturating_add(1);
-        if self.election_elapsed >= self.cfg.election_tick && self.hold_in_stall() {
-            // The check-quorum window ends at the first on-time tick: the followers'
-            // answers may be on their way.
-            self.election_elapsed = self.cfg.election_tick - 1;
-        }
+        // The check-quorum window ends at the first on-time tick: the followers' answers may
+        // be on their way.
+        self.election_elapsed =
+            self.hold_in_stall(stalled, self.election_elapsed, self.cfg.election_tick);
         if self.election_elapsed >= self.cfg.election_tick {
             self.election_elapsed = 0;
             if self.cfg.check_quorum && !self.quorum_active() {
@@ -1415,10 +1411,11 @@ impl Raft {
     ///   read.
     /// - a leader whose data plane is on: a [`MessageBody::Keepalive`] to each follower,
     ///   which restarts its election timer, leaves its data plane on (`dataplane_trigger`) and
-    ///   is answered with a [`MessageBody::KeepaliveResponse`]. A leader's data plane stops ordering, and so sends
-    ///   no appends, once its stalled host falls a quarter ring behind (`fp_shed_inline`):
-    ///   without it, followers timed out a live leader 100 ms into a stall and the data plane
-    ///   handed off (50 closed-loop native writers on two CPUs, `docs/dataplane.md`).
+    ///   is answered with a [`MessageBody::KeepaliveResponse`]. A leader's data plane stops
+    ///   ordering, and so sends no appends, once its stalled host falls a quarter ring behind
+    ///   (`fp_shed_inline`): without it, followers timed out a live leader 100 ms into a stall
+    ///   and the data plane handed off (50 closed-loop native writers on two CPUs,
+    ///   `docs/dataplane.md`).
     /// - a follower that knows its leader: a [`MessageBody::KeepaliveResponse`], which keeps
     ///   the leader's check-quorum from stepping down but renews no lease and answers no read:
     ///   the stalled loop may already be granting a vote.

@@ -220,7 +220,6 @@ impl Net {
         }
     }
 
-    /// Runs until no node has anything to do.
     /// Delivers a ReadIndex request from `from` to `to` in `to`'s term, and stabilizes.
     pub fn read_index_to(&mut self, from: NodeId, to: NodeId, context: &[u8]) {
         let term = self.r(to).term();
@@ -235,6 +234,17 @@ impl Net {
         self.stabilize();
     }
 
+    /// Asks `id` for a read with `context` and stabilizes: whether the read was answered.
+    pub fn read_answered(&mut self, id: NodeId, context: &[u8]) -> bool {
+        self.rm(id).read_index(context.to_vec()).unwrap();
+        self.stabilize();
+        self.nodes[&id]
+            .read_states
+            .iter()
+            .any(|r| r.context == context)
+    }
+
+    /// Runs until no node has anything to do.
     pub fn stabilize(&mut self) {
         for _ in 0..10_000 {
             let msgs = self.collect();
