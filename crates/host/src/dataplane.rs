@@ -128,6 +128,9 @@ pub struct DataPlaneHost<P: DataPlane> {
     last_reject: Option<Time>,
     /// Follower: when this replica last asked the leader to retransmit.
     last_retx_ask: Option<Time>,
+    /// Follower, at the last tick: when the data plane last heard the leader
+    /// ([`DataPlane::leader_heard_ns`]).
+    heard_at_tick: u64,
     /// Ring entries that arrived before an entry of a lower index, by index (more than
     /// [`RING_CAPACITY`] halts the data plane).
     reorder: BTreeMap<u64, RingEntry>,
@@ -269,6 +272,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
             retx_sent: BTreeMap::new(),
             last_reject: None,
             last_retx_ask: None,
+            heard_at_tick: 0,
             reorder: BTreeMap::new(),
             commits: BTreeMap::new(),
             remote_pending: BTreeSet::new(),
@@ -554,10 +558,22 @@ impl<P: DataPlane> DataPlaneHost<P> {
     }
 
     /// Every tick: the data plane's own upkeep, and a follower's held appends whose gap did
-    /// not fill in time ask the leader to retransmit.
-    pub fn on_tick(&mut self, raft: &Raft, now: Time) {
+    /// not fill in time ask the leader to retransmit. A follower whose data plane heard the
+    /// leader since the last tick restarts its election timer, whatever became of the
+    /// appends: those past the hold window, which the data plane drops (`fp::ahead`), prove
+    /// the leader alive as a held one does. A follower behind a gap that nothing held shows
+    /// (the appends after it came past the window) waits for the handler's gap rule to ask
+    /// for a retransmission; timed out, it campaigned against a live leader meanwhile.
+    pub fn on_tick(&mut self, raft: &mut Raft, now: Time) {
         self.plane.tick();
         self.held_timeout(raft, now);
+        let heard = self.plane.leader_heard_ns();
+        let heard_before = std::mem::replace(&mut self.heard_at_tick, heard);
+        if let DataPlaneState::On { term } = raft.dataplane_state() {
+            if heard != heard_before && raft.role() == Role::Follower && raft.leader() != 0 {
+                raft.dataplane_leader_heard(raft.leader(), term);
+            }
+        }
     }
 
     /// A fast-path packet the data plane passed up (from `src`): software Raft handles it as

@@ -36,7 +36,7 @@ pub struct Replay {
     cap: u64,
     /// Whether these ticks passed in a stall (counted a tick or more after the loop meant to):
     /// they are counted with [`Raft::tick_stalled`], so no timeout against a peer expires
-    /// before the first on-time tick.
+    /// before the second on-time tick.
     stalled: bool,
 }
 

@@ -369,8 +369,8 @@ pub struct Counters {
     pub slow_drives: u64,
     /// Heartbeats the keepalive thread sent while the loop was stalled.
     pub keepalives_sent: u64,
-    /// Ticks of a stall at which a timeout stood at its last tick instead of expiring (it
-    /// expires at the first on-time tick if nothing came).
+    /// Ticks of a stall (and the first on-time tick after it) at which a timeout stood at its
+    /// last tick instead of expiring (it expires at the second on-time tick if nothing came).
     pub timeouts_held_in_stall: u64,
     /// Snapshots whose writing failed.
     pub snapshot_failures: u64,

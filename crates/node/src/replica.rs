@@ -1382,7 +1382,7 @@ impl<S: StateMachine> Replica<S> {
         debug_assert!(replay.rest() >= 1);
         let now = self.now();
         if let Some(d) = self.dp.as_mut() {
-            d.on_tick(&self.raft, now);
+            d.on_tick(&mut self.raft, now);
         }
         replay.count(&mut self.raft, replay.rest());
         self.admin_pending.on_tick(self.now());

@@ -102,9 +102,11 @@ pub struct Raft {
     pub(crate) randomized_timeout: u32,
     /// Ticks since start (lease bookkeeping).
     pub(crate) now: u64,
-    /// Stalled ticks a timeout has been held at its last tick since the last on-time tick
-    /// (at most [`Raft::max_stall_hold`]).
+    /// Ticks in a row a timeout has been held at its last tick (at most
+    /// [`Raft::max_stall_hold`]).
     stall_held: u32,
+    /// The last tick was a stalled one: the next on-time tick holds as a stalled one does.
+    after_stall: bool,
     rng: u64,
     pub(crate) msgs: Vec<Message>,
     pub(crate) read_states: Vec<ReadState>,
@@ -197,6 +199,7 @@ impl Raft {
             randomized_timeout: config.election_tick,
             now: 0,
             stall_held: 0,
+            after_stall: false,
             rng,
             msgs: Vec::new(),
             read_states: Vec::new(),
@@ -693,9 +696,14 @@ impl Raft {
     // ----------------------------------------------------------------- tick
 
     /// Advances logical time by one tick.
+    ///
+    /// The first on-time tick after a stall holds a timeout as a stalled tick does: it comes
+    /// at any moment after the stall's replay (the phase of the ticks), maybe before the peers
+    /// that stalled with this replica have run again and been heard. The next one, a full tick
+    /// later, does not.
     pub fn tick(&mut self) {
-        self.stall_held = 0;
-        self.step_tick(false);
+        let after_stall = std::mem::take(&mut self.after_stall);
+        self.step_tick(after_stall);
     }
 
     /// Advances logical time by one tick that passed while this replica could not run (its
@@ -707,26 +715,29 @@ impl Raft {
     /// answer) sent may not have reached this replica yet, because the whole machine stalled
     /// with it. So a timeout that acts against a peer (a follower's election timeout, a
     /// leader's check-quorum, the data plane's) does not expire in a stall: it stands at its
-    /// last tick, and expires at the first on-time tick if nothing came by then. Bounded: after
-    /// [`Raft::max_stall_hold`] stalled ticks held since the last on-time tick it expires
-    /// anyway, so a loop that is late at every tick still times out a dead leader. Only
-    /// liveness is at stake: a follower that holds is more loyal to its leader, which keeps a
-    /// lease conservative.
+    /// last tick, and expires at the second on-time tick (see [`Raft::tick`]) if nothing came
+    /// by then. Bounded: held [`Raft::max_stall_hold`] ticks in a row, it expires anyway, so a
+    /// loop that is late at every tick still times out a dead leader. Only liveness is at
+    /// stake: a follower that holds is more loyal to its leader, which keeps a lease
+    /// conservative.
     pub fn tick_stalled(&mut self) {
+        self.after_stall = true;
         self.step_tick(true);
     }
 
-    /// The most stalled ticks a timeout is held at its last tick between two on-time ticks:
-    /// two election timeouts, the most a stall's replay counts in a row.
+    /// The most ticks in a row a timeout is held at its last tick: two election timeouts, the
+    /// most a stall's replay counts in a row.
     pub fn max_stall_hold(&self) -> u32 {
         2 * self.cfg.election_tick + 1
     }
 
     /// A timeout's `elapsed` ticks against its `limit`, after a tick: held at its last tick
     /// if it has just expired on a `stalled` one (see [`Raft::tick_stalled`]), as it is
-    /// otherwise.
+    /// otherwise. A tick that holds nothing ends a run of holds: a timeout restarted by a
+    /// message (a heartbeat stepped in the replay) gets a run of its own.
     pub(crate) fn hold_in_stall(&mut self, stalled: bool, elapsed: u32, limit: u32) -> u32 {
         if !stalled || elapsed < limit || self.stall_held >= self.max_stall_hold() {
+            self.stall_held = 0;
             return elapsed;
         }
         self.stall_held += 1;
@@ -770,8 +781,8 @@ impl Raft {
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
         self.dp.backoff_elapsed = self.dp.backoff_elapsed.saturating_add(1);
-        // The check-quorum window ends at the first on-time tick: the followers' answers may
-        // be on their way.
+        // After a stall the check-quorum window ends at the second on-time tick: the
+        // followers' answers may be on their way.
         self.election_elapsed =
             self.hold_in_stall(stalled, self.election_elapsed, self.cfg.election_tick);
         if self.election_elapsed >= self.cfg.election_tick {

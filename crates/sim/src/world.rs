@@ -793,7 +793,7 @@ impl World {
                         self.consume_ring(id);
                         let now = self.now_time();
                         let n = self.nodes.get_mut(&id).unwrap();
-                        if let Some(raft) = n.raft.as_ref() {
+                        if let Some(raft) = n.raft.as_mut() {
                             n.host.on_tick(raft, now);
                         }
                         self.flush_plane(id);
@@ -905,6 +905,14 @@ impl World {
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId, pkt: Packet) {
+        if self.opts.trace && self.now > 829_000 && self.now < 860_000 {
+            let k = match &pkt {
+                Packet::Raft(m) => format!("raft {:?}", std::mem::discriminant(&m.body)),
+                Packet::Fast(h, p) => format!("fast {h:?} {}", p.len()),
+                _ => "other".into(),
+            };
+            eprintln!("{:>9}us DBG {from}->{to} {k}", self.now);
+        }
         let Some(n) = self.nodes.get_mut(&to) else {
             return;
         };
@@ -2321,11 +2329,14 @@ mod tests {
     }
 
     /// The whole machine stalls: every replica pauses at once for longer than an election
-    /// timeout, then they resume, the followers first. No frame arrived during the stall (the
-    /// leader could not send one), so the followers' replays have nothing to step between
-    /// their ticks; those ticks go through `Raft::tick_stalled`, so no follower times its
-    /// leader out before the resumed leader's heartbeat comes. Counted as plain ticks, both
-    /// followers campaigned at resume and elected a new leader.
+    /// timeout, then they resume, the followers first and the leader half a tick later. No
+    /// frame arrived during the stall (the leader could not send one), so the followers'
+    /// replays have nothing to step between their ticks; those ticks go through
+    /// `Raft::tick_stalled`, so no follower times its leader out before the resumed leader's
+    /// heartbeat comes. Counted as plain ticks, both followers campaigned at resume and
+    /// elected a new leader. A follower whose next tick fell before the leader resumed
+    /// campaigned at it until that first on-time tick held too (a CI run of the process test
+    /// `faults::every_replica_stopped_at_once_keeps_its_leader`).
     #[test]
     fn a_cluster_paused_as_a_whole_keeps_its_leader() {
         let mut checked = 0;
@@ -2335,13 +2346,14 @@ mod tests {
             let Some(l) = w.leader() else { continue };
             let term = w.nodes[&l].raft.as_ref().unwrap().term();
             let ids: Vec<NodeId> = w.nodes.keys().copied().collect();
-            let state = |w: &World| -> Vec<(NodeId, Term, NodeId)> {
+            // (replica, term, leader, campaigns it started)
+            let state = |w: &World| -> Vec<(NodeId, Term, NodeId, u64)> {
                 ids.iter()
                     .filter_map(|id| {
-                        w.nodes[id]
-                            .raft
-                            .as_ref()
-                            .map(|r| (*id, r.term(), r.leader()))
+                        w.nodes[id].raft.as_ref().map(|r| {
+                            let c = r.counters();
+                            (*id, r.term(), r.leader(), c.pre_elections + c.elections)
+                        })
                     })
                     .collect()
             };
@@ -2355,14 +2367,16 @@ mod tests {
             }
             // 30 ticks: longer than the longest election timeout (20).
             run_for(&mut w, 30 * TICK_US);
-            for id in ids.iter().filter(|&&id| id != l).chain([&l]) {
+            for id in ids.iter().filter(|&&id| id != l) {
                 w.resume(*id);
             }
+            run_for(&mut w, TICK_US / 2);
+            w.resume(l);
             run_for(&mut w, 30 * TICK_US);
             assert_eq!(
                 state(&w),
                 before,
-                "seed {seed}: (replica, term, leader) after the whole cluster paused"
+                "seed {seed}: (replica, term, leader, campaigns) after the whole cluster paused"
             );
             assert!(
                 w.checker.violations.is_empty(),
@@ -2375,6 +2389,63 @@ mod tests {
             checked >= 12,
             "only {checked} seeds had a leader all followed"
         );
+    }
+
+    /// A follower whose data plane holds appends at most 8 ahead of its log (a quarter of the
+    /// seeds) loses the leader's appends for a few ticks: what comes after is past the window
+    /// and dropped (`fp::ahead`), and nothing held shows the gap until the handler's gap rule
+    /// asks for a retransmission. Its data plane heard the leader meanwhile, and its host
+    /// restarts the election timer at each tick it did (`DataPlaneHost::on_tick`): it keeps
+    /// its leader while it catches up. Before, only an append it held or took restarted the
+    /// timer, and it campaigned against the live leader (seed 1 of
+    /// `a_cluster_paused_as_a_whole_keeps_its_leader`, after its leader resumed late).
+    #[test]
+    fn a_follower_stuck_past_its_hold_window_keeps_its_leader() {
+        let mut checked = 0;
+        for seed in (1..=400).filter(|s| s % 4 == 1 && !large_writes(*s)) {
+            let mut w = quiet_world(seed);
+            run_for(&mut w, 800_000);
+            let Some(l) = w.leader() else { continue };
+            let lr = w.nodes[&l].raft.as_ref().unwrap();
+            let DataPlaneState::On { term } = lr.dataplane_state() else {
+                continue;
+            };
+            let f = *w.nodes.keys().find(|&&id| id != l).unwrap();
+            let campaigns = |w: &World| {
+                let c = w.nodes[&f].raft.as_ref().unwrap().counters();
+                c.pre_elections + c.elections
+            };
+            let (before, disabled) = (campaigns(&w), disables(&w));
+            let last = w.nodes[&l].raft.as_ref().unwrap().last_index();
+            // Shorter than the shortest election timeout (10 ticks).
+            w.blocked.insert((l, f));
+            run_for(&mut w, 6 * TICK_US);
+            w.blocked.remove(&(l, f));
+            if w.nodes[&l].raft.as_ref().unwrap().last_index() < last + 10 {
+                continue; // too few writes meanwhile to leave the follower past its window
+            }
+            let behind = w.nodes[&f].raft.as_ref().unwrap().last_index();
+            run_for(&mut w, 60 * TICK_US);
+            assert!(
+                w.checker.violations.is_empty(),
+                "seed {seed}: {:?}",
+                w.checker.violations
+            );
+            let lr = w.nodes[&l].raft.as_ref().unwrap();
+            assert_eq!(
+                (lr.role(), lr.term(), campaigns(&w), disables(&w)),
+                (Role::Leader, term, before, disabled),
+                "seed {seed}: (leader's role, term, follower {f}'s campaigns, disables)"
+            );
+            // With a window of 8 it may not catch up with a leader that writes faster than
+            // its rounds of retransmission fill the gap; it moves on.
+            assert!(
+                w.nodes[&f].raft.as_ref().unwrap().last_index() > behind + 16,
+                "seed {seed}: follower {f} stood at {behind}"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 10, "only {checked} seeds wrote enough");
     }
 
     /// A leader whose loop stalls while clients write to its data plane: the data plane
