@@ -2262,6 +2262,14 @@ mod tests {
         w.now = until;
     }
 
+    fn assert_no_violation(w: &World, seed: u64) {
+        assert!(
+            w.checker.violations.is_empty(),
+            "seed {seed}: {:?}",
+            w.checker.violations
+        );
+    }
+
     fn disables(w: &World) -> u64 {
         w.nodes
             .values()
@@ -2318,11 +2326,7 @@ mod tests {
             // resumed host (held appends, retransmission), within this world's 10-tick
             // election timeout or not.
             run_for(&mut w, 50 * TICK_US);
-            assert!(
-                w.checker.violations.is_empty(),
-                "seed {seed}: {:?}",
-                w.checker.violations
-            );
+            assert_no_violation(&w, seed);
             checked += 1;
         }
         assert!(checked >= 10, "only {checked} seeds had the data plane on");
@@ -2378,11 +2382,7 @@ mod tests {
                 before,
                 "seed {seed}: (replica, term, leader, campaigns) after the whole cluster paused"
             );
-            assert!(
-                w.checker.violations.is_empty(),
-                "seed {seed}: {:?}",
-                w.checker.violations
-            );
+            assert_no_violation(&w, seed);
             checked += 1;
         }
         assert!(
@@ -2426,11 +2426,7 @@ mod tests {
             }
             let behind = w.nodes[&f].raft.as_ref().unwrap().last_index();
             run_for(&mut w, 60 * TICK_US);
-            assert!(
-                w.checker.violations.is_empty(),
-                "seed {seed}: {:?}",
-                w.checker.violations
-            );
+            assert_no_violation(&w, seed);
             let lr = w.nodes[&l].raft.as_ref().unwrap();
             assert_eq!(
                 (lr.role(), lr.term(), campaigns(&w), disables(&w)),
@@ -2484,11 +2480,7 @@ mod tests {
             );
             w.resume(l);
             run_for(&mut w, 50 * TICK_US);
-            assert!(
-                w.checker.violations.is_empty(),
-                "seed {seed}: {:?}",
-                w.checker.violations
-            );
+            assert_no_violation(&w, seed);
             let lr = w.nodes[&l].raft.as_ref().unwrap();
             assert_eq!(
                 (lr.role(), lr.term()),
