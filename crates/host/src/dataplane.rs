@@ -563,7 +563,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
     /// appends: those past the hold window, which the data plane drops (`fp::ahead`), prove
     /// the leader alive as a held one does. A follower behind a gap that nothing held shows
     /// (the appends after it came past the window) waits for the handler's gap rule to ask
-    /// for a retransmission; timed out, it campaigned against a live leader meanwhile.
+    /// for a retransmission; before this, it timed out its live leader meanwhile.
     pub fn on_tick(&mut self, raft: &mut Raft, now: Time) {
         self.plane.tick();
         self.held_timeout(raft, now);
