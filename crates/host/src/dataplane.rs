@@ -128,8 +128,8 @@ pub struct DataPlaneHost<P: DataPlane> {
     last_reject: Option<Time>,
     /// Follower: when this replica last asked the leader to retransmit.
     last_retx_ask: Option<Time>,
-    /// Follower, at the last tick: when the data plane last heard the leader
-    /// ([`DataPlane::leader_heard_ns`]).
+    /// Follower, at the last tick or stall's replay: when the data plane last heard the
+    /// leader ([`DataPlane::leader_heard_ns`]).
     heard_at_tick: u64,
     /// Ring entries that arrived before an entry of a lower index, by index (more than
     /// [`RING_CAPACITY`] halts the data plane).
@@ -408,11 +408,12 @@ impl<P: DataPlane> DataPlaneHost<P> {
     /// timed out a live leader and the data plane handed off (`docs/dataplane.md` "A starved
     /// host"). Only liveness is at stake: a leader counts every tick (its lease follows real
     /// time).
-    /// `time_of` maps the data plane's clock (ns) to the host's [`Time`]. Returns the ticks
-    /// not counted.
+    /// The election timer restarts there, as at a tick ([`DataPlaneHost::on_tick`]), and
+    /// counts the ticks after. `time_of` maps the data plane's clock (ns) to the host's
+    /// [`Time`]. Returns the ticks not counted.
     pub fn skip_ticks_before_leader_heard(
-        &self,
-        raft: &Raft,
+        &mut self,
+        raft: &mut Raft,
         replay: &mut Replay,
         time_of: impl FnOnce(u64) -> Time,
     ) -> u64 {
@@ -420,7 +421,22 @@ impl<P: DataPlane> DataPlaneHost<P> {
         if heard == 0 || raft.role() != Role::Follower {
             return 0;
         }
-        replay.before(time_of(heard))
+        let skipped = replay.before(time_of(heard));
+        self.leader_heard(raft);
+        skipped
+    }
+
+    /// A follower whose data plane heard the leader since this was last asked restarts its
+    /// election timer, whatever became of the appends (taken, held, or dropped past the hold
+    /// window, `fp::ahead`): each proves the leader alive.
+    fn leader_heard(&mut self, raft: &mut Raft) {
+        let heard = self.plane.leader_heard_ns();
+        let before = std::mem::replace(&mut self.heard_at_tick, heard);
+        if let DataPlaneState::On { term } = raft.dataplane_state() {
+            if heard != before && raft.role() == Role::Follower && raft.leader() != 0 {
+                raft.dataplane_leader_heard(raft.leader(), term);
+            }
+        }
     }
 
     /// Feeds every record on the data plane's ring to the core; a follower then pushes the
@@ -567,13 +583,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
     pub fn on_tick(&mut self, raft: &mut Raft, now: Time) {
         self.plane.tick();
         self.held_timeout(raft, now);
-        let heard = self.plane.leader_heard_ns();
-        let heard_before = std::mem::replace(&mut self.heard_at_tick, heard);
-        if let DataPlaneState::On { term } = raft.dataplane_state() {
-            if heard != heard_before && raft.role() == Role::Follower && raft.leader() != 0 {
-                raft.dataplane_leader_heard(raft.leader(), term);
-            }
-        }
+        self.leader_heard(raft);
     }
 
     /// A fast-path packet the data plane passed up (from `src`): software Raft handles it as

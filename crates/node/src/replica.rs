@@ -283,9 +283,10 @@ impl<S: StateMachine> StallHost for LoopStall<'_, S> {
     /// appends timed out a live leader, and the data plane handed off).
     fn feed_data_plane(&mut self, replay: &mut Replay) {
         let r = &mut *self.r;
-        let Some(d) = r.dp.as_ref() else { return };
-        let skipped = d.skip_ticks_before_leader_heard(&r.raft, replay, |ns| {
-            r.time_of(waverunner_dataplane::instant_at(ns))
+        let epoch = r.epoch;
+        let Some(d) = r.dp.as_mut() else { return };
+        let skipped = d.skip_ticks_before_leader_heard(&mut r.raft, replay, |ns| {
+            host_time(epoch, waverunner_dataplane::instant_at(ns))
         });
         if skipped > 0 {
             tracing::debug!(
@@ -1928,7 +1929,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// The host logic's time of `t`.
     fn time_of(&self, t: Instant) -> waverunner_host::Time {
-        t.saturating_duration_since(self.epoch)
+        host_time(self.epoch, t)
     }
 
     /// Feeds every record on the data plane's ring to the core.
@@ -2137,6 +2138,11 @@ impl<S: StateMachine> ReadyIo for Replica<S> {
     fn reads(&mut self, refusals: Vec<Vec<u8>>, states: Vec<waverunner_raft::ReadState>) {
         self.requests.on_read_states(refusals, states);
     }
+}
+
+/// The host logic's time of `t` on a loop started at `epoch` (`Replica::time_of`).
+fn host_time(epoch: Instant, t: Instant) -> waverunner_host::Time {
+    t.saturating_duration_since(epoch)
 }
 
 #[cfg(test)]

@@ -514,8 +514,8 @@ impl StallHost for Resumed<'_> {
         if !self.w.opts.dataplane {
             return;
         }
-        let n = &self.w.nodes[&self.id];
-        let raft = n.raft.as_ref().unwrap();
+        let n = self.w.nodes.get_mut(&self.id).unwrap();
+        let raft = n.raft.as_mut().unwrap();
         let skipped = n
             .host
             .skip_ticks_before_leader_heard(raft, replay, Duration::from_nanos);
