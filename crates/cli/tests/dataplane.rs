@@ -708,6 +708,26 @@ fn netns_mixed_xdp_udp_serves_every_client() {
     netns_cluster("xdp,udp,udp");
 }
 
+/// Waits for a [`one_writer`] and requires every write it made answered.
+fn every_write_answered(writer: std::process::Child) {
+    let out = writer.wait_with_output().expect("the writer");
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "the writer: {report}");
+    assert!(
+        report.contains(" failed=0 "),
+        "every write answered: {report}"
+    );
+}
+
+/// An `xdp` cluster in network namespaces in `dir`, with the data plane on at every replica:
+/// (its teardown, its replicas, their status).
+fn xdp_cluster_on(dir: &Path) -> (Down, UpNodes, Vec<Status>) {
+    let down = up_netns(dir, "xdp");
+    let n = up_nodes(dir);
+    let before = wait_enabled(&n.admin);
+    (down, n, before)
+}
+
 /// One native writer in the clients' namespace (`waverunner load`) for `ms`, bounded in count
 /// too; its output says how many writes failed.
 fn one_writer(dir: &str, ms: u64) -> std::process::Child {
@@ -743,11 +763,8 @@ fn netns_xdp_follower_stopped_while_its_data_plane_appends_keeps_the_term() {
     }
     let _lock = cluster_lock();
     let dir = cli_harness::unique_dir("dp-xdp-stopped");
-    let d = dir.display().to_string();
-    let _down = up_netns(&dir, "xdp");
-    let n = up_nodes(&dir);
-    let before = wait_enabled(&n.admin);
-    let leader = leader_of(&before);
+    let (_down, n, before) = xdp_cluster_on(&dir);
+    let (d, leader) = (dir.display().to_string(), leader_of(&before));
     let (f, pid) = n
         .ids
         .iter()
@@ -762,13 +779,7 @@ fn netns_xdp_follower_stopped_while_its_data_plane_appends_keeps_the_term() {
     std::thread::sleep(Duration::from_millis(400));
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    let out = writer.wait_with_output().expect("the writer");
-    let report = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "the writer: {report}");
-    assert!(
-        report.contains(" failed=0 "),
-        "every write answered: {report}"
-    );
+    every_write_answered(writer);
     std::thread::sleep(Duration::from_millis(500));
     let after = wait_enabled(&n.admin);
     for s in &after {
@@ -793,11 +804,8 @@ fn netns_xdp_every_replica_stopped_at_once_keeps_the_term() {
     }
     let _lock = cluster_lock();
     let dir = cli_harness::unique_dir("dp-xdp-all-stopped");
-    let d = dir.display().to_string();
-    let _down = up_netns(&dir, "xdp");
-    let n = up_nodes(&dir);
-    let before = wait_enabled(&n.admin);
-    let leader = leader_of(&before);
+    let (_down, n, before) = xdp_cluster_on(&dir);
+    let (d, leader) = (dir.display().to_string(), leader_of(&before));
     let writer = one_writer(&d, 3000);
     std::thread::sleep(Duration::from_millis(500));
     let leader_pid = n.pids[n.ids.iter().position(|&i| i == leader).expect("the leader")];
@@ -816,13 +824,7 @@ fn netns_xdp_every_replica_stopped_at_once_keeps_the_term() {
         unsafe { libc::kill(leader_pid, libc::SIGCONT) };
         std::thread::sleep(Duration::from_millis(600));
     }
-    let out = writer.wait_with_output().expect("the writer");
-    let report = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "the writer: {report}");
-    assert!(
-        report.contains(" failed=0 "),
-        "every write answered: {report}"
-    );
+    every_write_answered(writer);
     let after = wait_enabled(&n.admin);
     for s in &after {
         assert!(
