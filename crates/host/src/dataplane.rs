@@ -433,7 +433,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
         let heard = self.plane.leader_heard_ns();
         let before = std::mem::replace(&mut self.heard_at_tick, heard);
         if let DataPlaneState::On { term } = raft.dataplane_state() {
-            if heard != before && raft.role() == Role::Follower && raft.leader() != 0 {
+            if heard != before {
                 raft.dataplane_leader_heard(raft.leader(), term);
             }
         }

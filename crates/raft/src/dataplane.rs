@@ -425,13 +425,19 @@ impl Raft {
     /// (an earlier one was lost and is being retransmitted). It proves the leader alive as
     /// any append from it does in Raft, accepted or not: the election timer restarts, so a
     /// follower waiting for a retransmission from a busy leader does not campaign. Anything
-    /// else (another term, another sender, not a follower, the data plane not on) is ignored.
+    /// else (another term, another sender or no known leader, not a follower, the data plane
+    /// not on) is ignored.
     /// A leader whose host stopped (it cannot retransmit) stops ordering too once its ring
     /// holds its admission share (`fp_shed_inline`): the held appends stop coming, and the
     /// follower times out as before.
     pub fn dataplane_leader_heard(&mut self, from: NodeId, term: Term) {
         let on = matches!(self.dp.state, DataPlaneState::On { term: t } if t == term);
-        if on && self.role == Role::Follower && term == self.term && from == self.leader {
+        if on
+            && self.role == Role::Follower
+            && term == self.term
+            && from != 0
+            && from == self.leader
+        {
             self.election_elapsed = 0;
         }
     }

@@ -180,13 +180,7 @@ fn followers_forward_reads_to_the_leader() {
 
 #[test]
 fn lease_reads_answer_at_once_while_the_lease_holds() {
-    let mut net = Net::with(&[1, 2, 3], |c| {
-        c.read_mode = ReadMode::Lease;
-        c.election_tick = 20; // lease = 20 - 5 = 15 ticks
-    });
-    net.elect(1);
-    net.propose(1, b"a");
-    net.tick(1); // heartbeat acks renew the lease
+    let mut net = Net::lease_leader();
     net.hold = true;
     net.rm(1).read_index(b"l".to_vec()).unwrap();
     let msgs = net.collect();
@@ -216,13 +210,7 @@ fn lease_reads_answer_at_once_while_the_lease_holds() {
 fn a_leader_that_transfers_leadership_serves_no_more_lease_reads() {
     // TimeoutNow makes the target campaign past the other followers' leases: the old leader's
     // lease is void from then on, though it leads until it hears of the new term.
-    let mut net = Net::with(&[1, 2, 3], |c| {
-        c.read_mode = ReadMode::Lease;
-        c.election_tick = 20;
-    });
-    net.elect(1);
-    net.propose(1, b"a");
-    net.tick(1);
+    let mut net = Net::lease_leader();
     net.hold = true;
     net.rm(1).read_index(b"before".to_vec()).unwrap();
     let _ = net.collect();

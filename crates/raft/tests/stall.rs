@@ -5,18 +5,6 @@ mod common;
 use common::*;
 use waverunner_raft::*;
 
-/// Replica 1 leads with lease reads (lease 20 - 5 = 15 ticks), its lease just renewed.
-fn lease_leader() -> Net {
-    let mut net = Net::with(&[1, 2, 3], |c| {
-        c.read_mode = ReadMode::Lease;
-        c.election_tick = 20;
-    });
-    net.elect(1);
-    net.propose(1, b"a");
-    net.tick(1);
-    net
-}
-
 fn stalled(net: &mut Net, id: NodeId, n: usize) {
     for _ in 0..n {
         net.rm(id).tick_stalled();
@@ -125,7 +113,7 @@ fn a_leaders_check_quorum_does_not_end_inside_a_stall() {
 /// read from it, though it still leads.
 #[test]
 fn a_stall_ends_a_leaders_lease() {
-    let mut net = lease_leader();
+    let mut net = Net::lease_leader();
     net.isolate(1);
     stalled(&mut net, 1, 16);
     assert_eq!(net.r(1).role(), Role::Leader);
@@ -140,7 +128,7 @@ fn a_stall_ends_a_leaders_lease() {
 /// the stalled follower may be granting a vote in the batch it is busy with.
 #[test]
 fn a_followers_keepalive_answer_keeps_its_leader_but_renews_no_lease() {
-    let mut net = lease_leader();
+    let mut net = Net::lease_leader();
     let answers: Vec<Message> = [2, 3]
         .iter()
         .flat_map(|&id| net.r(id).keepalive_messages())

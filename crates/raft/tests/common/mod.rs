@@ -289,6 +289,19 @@ impl Net {
         self.blocked.clear();
     }
 
+    /// Replicas 1–3, 1 leading with lease reads (lease 20 - 5 = 15 ticks), its lease just
+    /// renewed by the heartbeat acks of an entry of its term.
+    pub fn lease_leader() -> Net {
+        let mut net = Net::with(&[1, 2, 3], |c| {
+            c.read_mode = ReadMode::Lease;
+            c.election_tick = 20;
+        });
+        net.elect(1);
+        net.propose(1, b"a");
+        net.tick(1);
+        net
+    }
+
     /// Campaign on `id` and let the election finish.
     pub fn elect(&mut self, id: NodeId) {
         self.rm(id).campaign();
