@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Seeds per (nodes, durability, data plane) configuration that `make test` simulates.
 SIM_SEEDS ?= 1..501
 
-.PHONY: run test deps build lint unit sim-test soak bench-scale bench-peers compat
+.PHONY: run test deps build lint unit sim-test soak bench-scale bench-peers bench-frontend compat
 
 deps:
 	@scripts/install-deps.sh
@@ -56,6 +56,12 @@ bench-scale: build
 BENCH_PEERS_ARGS ?=
 bench-peers: build
 	target/release/waverunner bench peers --plot docs/figures/peers.png $(BENCH_PEERS_ARGS)
+
+## The RESP front-end's event mechanism alone, epoll (mio) against io_uring, without
+## replication, in a namespace pair (docs/bench.md "bench frontend"); about a minute; root.
+BENCH_FRONTEND_ARGS ?=
+bench-frontend: build
+	target/release/waverunner bench frontend $(BENCH_FRONTEND_ARGS)
 
 ## Redis's own suite and memccapable against a leader, a follower, real Redis and memcached;
 ## writes docs/compatibility.md (not part of `make test`; REDIS_TESTS=dir of the suite's `run`).

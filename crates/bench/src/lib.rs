@@ -16,12 +16,15 @@
 //! - [`peers`]: `waverunner bench peers` without the namespaces and processes: redis-benchmark
 //!   output, closed loops of majority-acknowledged writes (RESP, RESP + WAIT, etcd), the table
 //!   and its verdicts;
+//! - [`frontend`]: two bare RESP servers, epoll (mio) and io_uring, for `waverunner bench
+//!   frontend`;
 //! - [`scale`]: `waverunner bench scale` without the cluster: the RESP loader and writer,
 //!   memory from procfs and Redis, the table and its targets.
 
 pub mod cpu;
 pub mod fanout;
 pub mod floor;
+pub mod frontend;
 pub mod peers;
 pub mod report;
 pub mod scale;

@@ -59,6 +59,9 @@ enum BenchWhat {
     /// same namespace layout: redis-benchmark, closed loops of majority-acknowledged writes,
     /// CPU per write, one writer's latency (docs/bench.md). Needs root.
     Peers(crate::peers::PeersArgs),
+    /// The RESP front-end's event mechanism alone, epoll (mio) against io_uring, without
+    /// replication, on a namespace pair (docs/bench.md). Needs root.
+    Frontend(crate::frontend::FrontendArgs),
 }
 
 /// Options of `waverunner bench scale`.
@@ -157,6 +160,13 @@ pub fn run(a: BenchArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("waverunner bench scale: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        BenchWhat::Frontend(f) => match crate::frontend::run(&f) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("waverunner bench frontend: {e}");
                 ExitCode::FAILURE
             }
         },

@@ -6,6 +6,7 @@
 mod bench;
 mod chaos;
 mod cluster;
+mod frontend;
 mod load;
 mod member;
 mod node;
