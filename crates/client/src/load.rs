@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use waverunner_kv::{Cond, Expiry, Op};
+use waverunner_mmsg as mmsg;
 
 use crate::{proto, Client, Error, Options};
 
@@ -298,7 +299,7 @@ impl FloodReport {
 }
 
 /// Requests [`flood`] sends in one `sendmmsg`, and replies it reads in one `recvmmsg`, at most.
-const FLOOD_BATCH: usize = 64;
+const FLOOD_BATCH: usize = mmsg::MAX_BATCH;
 
 /// The least [`flood`] sleeps when it is ahead of its rate: it then sends what fell due
 /// meanwhile in one batch (20 requests at 100 000 a second).
@@ -326,10 +327,13 @@ pub fn flood(
     std::thread::scope(|s| {
         let receiver = s.spawn(|| {
             let (mut ok, mut refused) = (0u64, 0u64);
-            let mut bufs = vec![[0u8; 2048]; FLOOD_BATCH];
+            let mut batch = mmsg::RecvBatch::new(FLOOD_BATCH, 2048);
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&rx);
             while !done.load(Ordering::Relaxed) {
-                for r in recv_batch(&rx, &mut bufs) {
-                    match proto::decode_reply(r) {
+                // Blocks for the first reply up to the socket's read timeout.
+                let n = batch.recv(fd, libc::MSG_WAITFORONE).unwrap_or(0);
+                for i in 0..n {
+                    match proto::decode_reply(batch.get(i).1) {
                         Ok(r) if r.status == proto::STATUS_OK => ok += 1,
                         Ok(_) => refused += 1,
                         Err(_) => {}
@@ -375,115 +379,18 @@ pub fn flood(
     })
 }
 
-/// `to` as a C socket address.
-fn c_addr(to: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match to {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
-/// Sends every packet of `pkts` to `to` in one `sendmmsg` (more if it stops short); a send
-/// error ends the batch (an open loop does not retry: those requests go unanswered).
+/// Sends every packet of `pkts` to `to`, a `sendmmsg` per [`mmsg::MAX_BATCH`] (more if it
+/// stops short); a send error ends the batch (an open loop does not retry: those requests go
+/// unanswered).
 fn send_batch(sock: &UdpSocket, to: SocketAddr, pkts: &[Vec<u8>]) {
-    let (mut addr, addr_len) = c_addr(to);
-    let mut iovs: Vec<libc::iovec> = pkts
-        .iter()
-        .map(|p| libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        })
-        .collect();
-    // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
-    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; pkts.len()];
-    for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
-        m.msg_hdr.msg_name = (&mut addr as *mut libc::sockaddr_storage).cast();
-        m.msg_hdr.msg_namelen = addr_len;
-        m.msg_hdr.msg_iov = iov;
-        m.msg_hdr.msg_iovlen = 1;
-    }
     let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
     let mut from = 0;
-    while from < msgs.len() {
-        // SAFETY: `msgs[from..]` are live mmsghdrs whose name and iovec point at `addr` and
-        // `iovs`, which outlive the call; the kernel writes only their msg_len.
-        let n = unsafe {
-            libc::sendmmsg(
-                fd,
-                msgs[from..].as_mut_ptr(),
-                (msgs.len() - from) as libc::c_uint,
-                0,
-            )
-        };
-        if n <= 0 {
-            return;
+    while from < pkts.len() {
+        match mmsg::send_batch(fd, pkts[from..].iter().map(|p| (to, p.as_slice()))) {
+            Ok(n) if n > 0 => from += n,
+            _ => return,
         }
-        from += n as usize;
     }
-}
-
-/// Reads the replies waiting on `sock` into `bufs` with one `recvmmsg` (blocking for the
-/// first up to the socket's read timeout); the replies read.
-fn recv_batch<'a>(sock: &UdpSocket, bufs: &'a mut [[u8; 2048]]) -> Vec<&'a [u8]> {
-    let mut iovs: Vec<libc::iovec> = bufs
-        .iter_mut()
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: b.len(),
-        })
-        .collect();
-    // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
-    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; bufs.len()];
-    for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
-        m.msg_hdr.msg_iov = iov;
-        m.msg_hdr.msg_iovlen = 1;
-    }
-    let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
-    // SAFETY: `msgs` are live mmsghdrs whose iovecs point at `bufs`, which outlive the call;
-    // no name buffer (null), so the kernel writes only the buffers and msg_len.
-    let n = unsafe {
-        libc::recvmmsg(
-            fd,
-            msgs.as_mut_ptr(),
-            msgs.len() as libc::c_uint,
-            libc::MSG_WAITFORONE,
-            std::ptr::null_mut(),
-        )
-    };
-    let lens: Vec<usize> = msgs.iter().map(|m| m.msg_len as usize).collect();
-    bufs.iter()
-        .zip(lens)
-        .take(n.max(0) as usize)
-        .map(|(b, len)| &b[..len.min(b.len())])
-        .collect()
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use waverunner_fastpath as fp;
+use waverunner_mmsg as mmsg;
 
 use crate::{
     bucket_of, wall_ms, Config, Counters, DataPlane, Hooks, LatencyHistogram, RingEntry,
@@ -435,15 +436,9 @@ fn multicast_socket(group: Ipv4Addr, local: SocketAddrV4) -> io::Result<UdpSocke
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     crate::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     crate::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0)?;
-    let sa = sockaddr_of(SocketAddrV4::new(group, local.port()));
-    // SAFETY: `sa` is a live sockaddr_in of the size given.
-    let rc = unsafe {
-        libc::bind(
-            fd,
-            (&sa as *const libc::sockaddr_in).cast(),
-            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
+    let (sa, len) = mmsg::sockaddr(SocketAddr::V4(SocketAddrV4::new(group, local.port())));
+    // SAFETY: `sa` is a live socket address of the length given.
+    let rc = unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_storage).cast(), len) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -451,92 +446,6 @@ fn multicast_socket(group: Ipv4Addr, local: SocketAddrV4) -> io::Result<UdpSocke
     let sock = UdpSocket::from(owned);
     sock.join_multicast_v4(&group, local.ip())?;
     Ok(sock)
-}
-
-fn sockaddr_of(a: SocketAddrV4) -> libc::sockaddr_in {
-    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
-    let mut sa: libc::sockaddr_in = unsafe { mem::zeroed() };
-    sa.sin_family = libc::AF_INET as libc::sa_family_t;
-    sa.sin_port = a.port().to_be();
-    sa.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-    sa
-}
-
-fn addr_of(sa: &libc::sockaddr_in) -> SocketAddrV4 {
-    SocketAddrV4::new(
-        Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
-        u16::from_be(sa.sin_port),
-    )
-}
-
-/// Buffers for one `recvmmsg` call (heap storage: the pointers stay valid when it moves).
-struct RecvBatch {
-    data: Vec<u8>,
-    iov: Vec<libc::iovec>,
-    names: Vec<libc::sockaddr_in>,
-    hdrs: Vec<libc::mmsghdr>,
-}
-
-impl RecvBatch {
-    fn new() -> RecvBatch {
-        // SAFETY (zeroed): iovec, sockaddr_in and mmsghdr are plain old data.
-        RecvBatch {
-            data: vec![0; BATCH * BUF_LEN],
-            iov: (0..BATCH).map(|_| unsafe { mem::zeroed() }).collect(),
-            names: (0..BATCH).map(|_| unsafe { mem::zeroed() }).collect(),
-            hdrs: (0..BATCH).map(|_| unsafe { mem::zeroed() }).collect(),
-        }
-    }
-
-    /// Receives up to [`BATCH`] datagrams without blocking; returns how many.
-    fn recv(&mut self, fd: RawFd) -> usize {
-        for i in 0..BATCH {
-            self.iov[i] = libc::iovec {
-                iov_base: self.data[i * BUF_LEN..].as_mut_ptr().cast(),
-                iov_len: BUF_LEN,
-            };
-            let h = &mut self.hdrs[i];
-            h.msg_hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_in).cast();
-            h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &mut self.iov[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = std::ptr::null_mut();
-            h.msg_hdr.msg_controllen = 0;
-            h.msg_hdr.msg_flags = 0;
-            h.msg_len = 0;
-        }
-        // SAFETY: BATCH headers, each pointing at a live iovec (into `data`, BUF_LEN bytes
-        // each) and a live sockaddr_in, all owned by `self` and not otherwise borrowed.
-        let n = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
-                tracing::debug!("udp data plane: recvmmsg: {e}");
-            }
-            return 0;
-        }
-        n as usize
-    }
-
-    /// Datagram `i` of the last `recv`: (source, bytes, truncated).
-    fn get(&self, i: usize) -> (SocketAddrV4, &[u8], bool) {
-        let h = &self.hdrs[i];
-        let len = (h.msg_len as usize).min(BUF_LEN);
-        let trunc = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-        (
-            addr_of(&self.names[i]),
-            &self.data[i * BUF_LEN..i * BUF_LEN + len],
-            trunc,
-        )
-    }
 }
 
 /// Datagrams to send at the end of a batch (buffers reused across batches).
@@ -567,43 +476,25 @@ impl OutQueue {
         let mut done = 0;
         let mut stalls = 0;
         while done < self.n {
-            let k = (self.n - done).min(BATCH);
-            // SAFETY (zeroed): plain old data.
-            let mut names: [libc::sockaddr_in; BATCH] = unsafe { mem::zeroed() };
-            let mut iov: [libc::iovec; BATCH] = unsafe { mem::zeroed() };
-            let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { mem::zeroed() };
-            for j in 0..k {
-                names[j] = sockaddr_of(self.dests[done + j]);
-                let b = &mut self.bufs[done + j];
-                iov[j] = libc::iovec {
-                    iov_base: b.as_mut_ptr().cast(),
-                    iov_len: b.len(),
-                };
-                hdrs[j].msg_hdr.msg_name = (&mut names[j] as *mut libc::sockaddr_in).cast();
-                hdrs[j].msg_hdr.msg_namelen =
-                    mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-                hdrs[j].msg_hdr.msg_iov = &mut iov[j];
-                hdrs[j].msg_hdr.msg_iovlen = 1;
-            }
-            // SAFETY: k headers pointing at live names and iovecs over live buffers.
-            let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), k as libc::c_uint, 0) };
-            if rc > 0 {
-                done += rc as usize;
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => {}
-                io::ErrorKind::WouldBlock if stalls < 10 => {
-                    stalls += 1;
-                    wait_writable(fd);
-                }
-                _ => {
-                    // This datagram cannot go (unreachable peer, full buffer): it is lost,
-                    // as on the wire; Raft retransmits.
-                    tracing::debug!("udp data plane: send to {} failed: {e}", self.dests[done]);
-                    done += 1;
-                }
+            let batch = (done..self.n)
+                .take(BATCH)
+                .map(|j| (SocketAddr::V4(self.dests[j]), self.bufs[j].as_slice()));
+            match mmsg::send_batch(fd, batch) {
+                Ok(k) if k > 0 => done += k,
+                Ok(_) => done += 1,
+                Err(e) => match e.kind() {
+                    io::ErrorKind::Interrupted => {}
+                    io::ErrorKind::WouldBlock if stalls < 10 => {
+                        stalls += 1;
+                        wait_writable(fd);
+                    }
+                    _ => {
+                        // This datagram cannot go (unreachable peer, full buffer): it is lost,
+                        // as on the wire; Raft retransmits.
+                        tracing::debug!("udp data plane: send to {} failed: {e}", self.dests[done]);
+                        done += 1;
+                    }
+                },
             }
         }
         self.n = 0;
@@ -657,7 +548,7 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
-        let mut batch = RecvBatch::new();
+        let mut batch = mmsg::RecvBatch::new(BATCH, BUF_LEN);
         let mut last_activity = Instant::now();
         loop {
             let mut active = false;
@@ -679,14 +570,28 @@ impl Worker {
             .into_iter()
             .flatten()
             {
-                let n = batch.recv(fd);
+                let n = match batch.recv(fd, libc::MSG_DONTWAIT) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        if !matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) {
+                            tracing::debug!("udp data plane: recvmmsg: {e}");
+                        }
+                        0
+                    }
+                };
                 if n == 0 {
                     continue;
                 }
                 got += n;
                 self.begin_batch();
                 for i in 0..n {
-                    let (src, pkt, trunc) = batch.get(i);
+                    // An AF_INET socket: every source is IPv4.
+                    let (Some(SocketAddr::V4(src)), pkt, trunc) = batch.get(i) else {
+                        continue;
+                    };
                     self.packet(src, pkt, trunc, false);
                 }
                 self.end_batch();
