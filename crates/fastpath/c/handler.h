@@ -317,7 +317,7 @@ static __always_inline int fp_handle_inline(struct fp_registers *r,
  * dropped appends and acks, then a hand-off. Reads the registers only; a racy
  * view sheds one request more or less.
  */
-#define FP_SHED_INFLIGHT 1024
+#define FP_SHED_INFLIGHT 128
 #define FP_SHED_RING_SHARE 4
 
 static __always_inline int fp_shed_inline(const struct fp_registers *r,

@@ -245,7 +245,7 @@ pub fn handle(regs: &mut Registers, hdr: &Header) -> Output {
 
 /// Entries ordered but not committed at which a leader sheds clients' requests
 /// (`FP_SHED_INFLIGHT`).
-pub const SHED_INFLIGHT: u64 = 1024;
+pub const SHED_INFLIGHT: u64 = 128;
 /// A leader sheds clients' requests once its ring is more than 1/this full
 /// (`FP_SHED_RING_SHARE`).
 pub const SHED_RING_SHARE: u64 = 4;
