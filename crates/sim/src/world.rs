@@ -91,6 +91,10 @@ pub struct Stats {
     pub writes_sent: u64,
     pub writes_acked: u64,
     pub writes_acked_by_dataplane: u64,
+    /// Of `writes_acked`, those acknowledged as part of a batch entry.
+    pub batch_writes_acked: u64,
+    /// The largest batch entry acknowledged, in bytes of entry data.
+    pub batch_entry_bytes_max: u64,
     pub max_term: u64,
     pub dataplane_enables: u64,
     pub dataplane_disables: u64,
@@ -177,6 +181,12 @@ enum Packet {
     Fast(fp::Header, Vec<u8>),
     /// A client's write to a replica's front-end (its id).
     Request(u64),
+    /// Several clients' writes that a replica's front-end submits as one batch command.
+    RequestBatch {
+        first: u64,
+        n: u64,
+        size: usize,
+    },
     /// A request forwarded to the leader over the replica transport.
     Forward(Envelope),
     /// The leader did not propose the origin's forwarded request.
@@ -187,6 +197,12 @@ enum Packet {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     Write(u64),
+    /// Writes `first..first + n` in one command, as a front-end batches a pipeline and
+    /// concurrent clients' commands into one entry ([`batch_payload`]).
+    Batch {
+        first: u64,
+        n: u64,
+    },
     /// A read, with the read floor when it began.
     Read {
         id: u64,
@@ -308,9 +324,15 @@ impl Sm {
         assert_eq!(e.index, self.applied + 1, "state machine applies in order");
         self.applied = e.index;
         self.hash = self.hash.rotate_left(5) ^ entry_hash(e.kind, &e.data);
+        // The entry's index is its time too: deterministic, and increasing.
+        if let Some((first, n)) = batch_of(&e.data) {
+            self.writes.extend(first..first + n);
+            let ops = (first..first + n).map(typed_op).collect();
+            self.kv.apply(e.index, e.index, &KvOp::Batch(ops));
+            return Some(self.kv.digest());
+        }
         let w = write_id(&e.data)?;
         self.writes.insert(w);
-        // The entry's index is its time too: deterministic, and increasing.
         self.kv.apply(e.index, e.index, &typed_op(w));
         Some(self.kv.digest())
     }
@@ -400,6 +422,63 @@ fn write_id(data: &[u8]) -> Option<u64> {
     let command = EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command);
     (command.len() == 16 || command.len() == LARGE_WRITE)
         .then(|| u64::from_le_bytes(command[..8].try_into().unwrap()))
+}
+
+/// The first word of a batch command.
+const BATCH_MAGIC: u64 = 0x6863_7461_625f_7277; // "wr_batch"
+
+/// Bytes of a batch command before its writes: the magic, the first write, the count.
+const BATCH_HEAD: usize = 24;
+
+/// A batch command: [`BATCH_MAGIC`], `first`, `n`, the payloads of writes `first..first + n`,
+/// then padding to `size` bytes (a batch as large as a data-plane packet's entry carries).
+fn batch_payload(first: u64, n: u64, size: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(size);
+    for word in [BATCH_MAGIC, first, n] {
+        v.extend_from_slice(&word.to_le_bytes());
+    }
+    for w in first..first + n {
+        v.extend_from_slice(&write_payload(w));
+    }
+    if v.len() < size {
+        v.resize(size, 0xBA);
+    }
+    debug_assert!(v.len() <= waverunner_host::dataplane::MAX_COMMAND);
+    v
+}
+
+/// The writes of a batch command in entry data (inside the envelope a host proposed).
+fn batch_of(data: &[u8]) -> Option<(u64, u64)> {
+    let c = EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command);
+    if c.len() < BATCH_HEAD {
+        return None;
+    }
+    let word = |i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap());
+    if word(0) != BATCH_MAGIC {
+        return None;
+    }
+    let (first, n) = (word(1), word(2));
+    assert!(
+        c.len() == batch_payload(first, n, c.len()).len()
+            && c[..] == batch_payload(first, n, c.len())[..],
+        "a batch command holds consecutive writes"
+    );
+    Some((first, n))
+}
+
+/// Whether `seed`'s front-ends batch: one host write in eight is a batch of 2 or 8 writes,
+/// every third of those padded to the largest command a data-plane packet's entry carries.
+fn batches(seed: u64) -> bool {
+    (seed >> 6) & 1 == 1
+}
+
+/// The batch that host write `w` begins on a seed that batches: its writes and its size.
+fn batch_shape(w: u64) -> Option<(u64, usize)> {
+    (w % 8 == 3).then(|| match w / 8 % 3 {
+        0 => (2, 0),
+        1 => (8, 0),
+        _ => (8, waverunner_host::dataplane::MAX_COMMAND),
+    })
 }
 
 struct Node {
@@ -941,6 +1020,10 @@ impl World {
                 self.submit(to, host_write_payload(w, large), Op::Write(w));
                 self.drive(to);
             }
+            Packet::RequestBatch { first, n, size } => {
+                self.submit(to, batch_payload(first, n, size), Op::Batch { first, n });
+                self.drive(to);
+            }
             Packet::Forward(env) => {
                 let (dp, at) = (self.opts.dataplane, self.now_time());
                 let n = self.nodes.get_mut(&to).unwrap();
@@ -1105,7 +1188,7 @@ impl World {
                     ..
                 } => {}
                 Effect::Done {
-                    token: Op::Write(w),
+                    token: Op::Write(w) | Op::Batch { first: w, .. },
                     ..
                 } => self.checker.report(
                     self.now,
@@ -1285,7 +1368,15 @@ impl World {
         self.stats.writes_sent += 1;
         let d = self.rng.range(5, 100);
         let pkt = if self.rng.chance(0.5) {
-            Packet::Request(w)
+            // No draw from the seed's random stream: its schedule stays as it was.
+            match batch_shape(w).filter(|_| batches(self.seed)) {
+                Some((n, size)) => {
+                    self.next_write += n - 1;
+                    self.stats.writes_sent += n - 1;
+                    Packet::RequestBatch { first: w, n, size }
+                }
+                None => Packet::Request(w),
+            }
         } else {
             fast_write(w)
         };
@@ -2186,6 +2277,30 @@ impl ReadyIo for SimIo<'_> {
                         self.checker.on_ack(now, w, e.index, e.term, h, false);
                     }
                     Effect::Done {
+                        token: Op::Batch { first, n },
+                        result: Ok(_),
+                        ..
+                    } => {
+                        // One answer for the entry; every write in it is acknowledged.
+                        if batch_of(&e.data) != Some((first, n)) {
+                            self.checker.report(
+                                now,
+                                format!(
+                                    "node {id}: batch {first}+{n} answered by entry {}",
+                                    e.index
+                                ),
+                            );
+                        }
+                        self.stats.writes_acked += n;
+                        self.stats.batch_writes_acked += n;
+                        self.stats.batch_entry_bytes_max =
+                            self.stats.batch_entry_bytes_max.max(e.data.len() as u64);
+                        let h = entry_hash(e.kind, &e.data);
+                        for w in first..first + n {
+                            self.checker.on_ack(now, w, e.index, e.term, h, false);
+                        }
+                    }
+                    Effect::Done {
                         token: Op::Read { id: r, floor },
                         result: Ok(_),
                         ..
@@ -2442,6 +2557,52 @@ mod tests {
             checked += 1;
         }
         assert!(checked >= 10, "only {checked} seeds wrote enough");
+    }
+
+    /// Batch entries (`docs/handoff.md` "Batch entries"): a front-end's batch of writes is one
+    /// command, one entry, one answer for all of them. The largest a front-end makes with the
+    /// data plane on fills a packet's entry exactly, so batches travel through the data plane
+    /// with no hand-off; every write of an acknowledged batch is applied at the entry's index
+    /// on every replica (the checker's acknowledged writes and state agreement).
+    #[test]
+    fn batch_entries_travel_through_the_data_plane_as_one_entry() {
+        let mut checked = 0;
+        for seed in (1..=512).filter(|&s| batches(s) && !large_writes(s)) {
+            let mut w = quiet_world(seed);
+            run_for(&mut w, 800_000);
+            let Some(l) = w.leader() else { continue };
+            let on = |w: &World| {
+                matches!(
+                    w.nodes[&l].raft.as_ref().unwrap().dataplane_state(),
+                    DataPlaneState::On { .. }
+                )
+            };
+            if !on(&w) {
+                continue;
+            }
+            let (before, acked) = (disables(&w), w.stats.batch_writes_acked);
+            w.stats.batch_entry_bytes_max = 0;
+            run_for(&mut w, 400_000);
+            assert_no_violation(&w, seed);
+            assert_eq!(disables(&w), before, "seed {seed}: a batch handed off");
+            assert!(on(&w), "seed {seed}: the data plane went off");
+            assert!(
+                w.stats.batch_writes_acked > acked,
+                "seed {seed}: no batch acknowledged"
+            );
+            assert!(
+                w.stats.batch_entry_bytes_max
+                    >= (waverunner_host::dataplane::MAX_COMMAND
+                        + waverunner_fastpath::payload::ENV_PREFIX) as u64,
+                "seed {seed}: the largest batch entry was {} bytes",
+                w.stats.batch_entry_bytes_max
+            );
+            checked += 1;
+        }
+        assert!(
+            checked >= 10,
+            "only {checked} seeds batched with the data plane on"
+        );
     }
 
     /// A leader whose loop stalls while clients write to its data plane: the data plane
