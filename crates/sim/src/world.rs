@@ -474,11 +474,12 @@ fn batches(seed: u64) -> bool {
 
 /// The batch that host write `w` begins on a seed that batches: its writes and its size.
 fn batch_shape(w: u64) -> Option<(u64, usize)> {
-    (w % 8 == 3).then(|| match w / 8 % 3 {
+    let shape = match w / 8 % 3 {
         0 => (2, 0),
         1 => (8, 0),
         _ => (8, waverunner_host::dataplane::MAX_COMMAND),
-    })
+    };
+    (w % 8 == 3).then_some(shape)
 }
 
 struct Node {
