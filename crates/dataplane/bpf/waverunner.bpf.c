@@ -402,9 +402,12 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 	 * appends and acks later (a full ring), while the busy replies' ration lasts
 	 * (fp_busy_answer_inline). Racy reads of the registers and the ration, as above.
 	 */
-	if (fp_shed_inline(&regs, in, from_self,
-			   bpf_ringbuf_query(&wr_ring, BPF_RB_AVAIL_DATA),
-			   WR_RING_ADMIT_BYTES)) {
+	struct fp_shed_load load = {
+		.ring_used = bpf_ringbuf_query(&wr_ring, BPF_RB_AVAIL_DATA),
+		.ring_size = WR_RING_ADMIT_BYTES,
+		.max_inflight = shed_inflight,
+	};
+	if (fp_shed_inline(&regs, in, from_self, &load)) {
 		struct fp_busy_clock busy = { .now_ns = gap_clock.now_ns, .tat_ns = busy_tat_ns };
 
 		cnt->shed++;

@@ -35,6 +35,7 @@ __u64 gap_pass_ns;                 /* follower: when an append past the window l
 __u64 busy_tat_ns;                 /* leader: the busy replies' ration (fp_busy_answer_inline) */
 __u64 heard_ns;                    /* follower: when an append of its term last came (fp_leader_heard_inline) */
 __u32 ring_waiting;                /* 1: the ring's reader sleeps and wants a wake record (wr_ring.h) */
+__u64 shed_inflight;               /* leader: the window of fp_shed_inline (SHED_INFLIGHT_XDP, set at load) */
 __u8 blind_reply_body[WR_BODY_MAX];
 
 /*

@@ -748,6 +748,7 @@ impl Worker {
             pushed,
             ring_len as u64,
             RING_CAPACITY as u64,
+            fp::SHED_INFLIGHT_UDP,
         ) {
             self.delta.shed += 1;
             let busy = fp::rationed_busy_reply(

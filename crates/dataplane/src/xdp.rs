@@ -214,6 +214,7 @@ impl XdpProgram {
         unsafe {
             let b = &mut *prog.bss;
             b.fp_port = settings.port.to_be();
+            b.shed_inflight = fp::SHED_INFLIGHT_XDP;
             b.self_ip = u32::from_ne_bytes(settings.self_ip.octets());
             b.group_ip = u32::from_ne_bytes(settings.multicast.octets());
             b.self_mac = settings.self_mac;

@@ -798,7 +798,7 @@ fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
     // nothing to the ring; the host's own push and a heartbeat are still ordered.
     let mut n = Node::open(1, None);
     let mut r = regs(1, &[1, 2, 3], 1, 0);
-    r.last_index = BASE + fp::SHED_INFLIGHT;
+    r.last_index = BASE + fp::SHED_INFLIGHT_UDP;
     r.last_term = TERM;
     n.dp.enable(&r, &[]).unwrap();
     let client = socket();
@@ -835,7 +835,7 @@ fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
     assert_eq!(n.dp.counters().shed, 1);
     assert_eq!(
         n.dp.registers().last_index,
-        BASE + fp::SHED_INFLIGHT,
+        BASE + fp::SHED_INFLIGHT_UDP,
         "not ordered"
     );
     // Busy replies while their ration lasts, the rest dropped unanswered; one more after a
@@ -877,7 +877,7 @@ fn udp_leader_sheds_clients_past_its_window_with_a_busy_reply() {
     n.dp.push(&request(0, 1, 0)).unwrap();
     n.dp.push(&request(0, 2, fp::F_HEARTBEAT)).unwrap();
     n.drain_until("the host's push and the heartbeat", |r| {
-        last_entry(r) == BASE + fp::SHED_INFLIGHT + 2
+        last_entry(r) == BASE + fp::SHED_INFLIGHT_UDP + 2
     });
     assert_eq!(n.dp.counters().shed, shed);
 }

@@ -95,7 +95,7 @@ fn entry_indices(records: &[RingRecord]) -> Vec<u64> {
 
 /// Node 1 leading a group of one voter (group 7, term 2), enabled: each request commits at
 /// once, so the window of uncommitted entries stays open (nothing acks here; with more voters
-/// the leader would shed requests past `SHED_INFLIGHT`).
+/// the leader would shed requests past `SHED_INFLIGHT_XDP`).
 fn leader_regs() -> Registers {
     let mut regs = Registers {
         self_id: 1,

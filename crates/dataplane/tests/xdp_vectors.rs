@@ -334,13 +334,13 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
     if !root_or_skip("xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring") {
         return;
     }
-    use waverunner_fastpath::{BUSY_BURST, BUSY_EVERY_NS, F_HEARTBEAT, SHED_INFLIGHT};
+    use waverunner_fastpath::{BUSY_BURST, BUSY_EVERY_NS, F_HEARTBEAT, SHED_INFLIGHT_XDP};
     let prog = load(b"");
     let mut records = Vec::new();
 
-    // The window: entries ordered and not committed reach SHED_INFLIGHT (nothing acks).
+    // The window: entries ordered and not committed reach SHED_INFLIGHT_XDP (nothing acks).
     let mut r = leader_regs(&[1, 2, 3]);
-    r.last_index = r.commit_index + SHED_INFLIGHT;
+    r.last_index = r.commit_index + SHED_INFLIGHT_XDP;
     prog.write_registers(&r);
     let run = prog.test_run(&client_request(4, 3, 77, 0)).expect("run");
     check_busy(&run, 4, 77, "window full");

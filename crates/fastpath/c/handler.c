@@ -15,9 +15,9 @@ int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 }
 
 int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
-	    __u64 ring_used, __u64 ring_size)
+	    const struct fp_shed_load *l)
 {
-	return fp_shed_inline(r, in, from_self, ring_used, ring_size);
+	return fp_shed_inline(r, in, from_self, l);
 }
 
 int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_self,

@@ -311,26 +311,35 @@ static __always_inline int fp_handle_inline(struct fp_registers *r,
  * before the handler runs, with a busy reply (the client may retry; a replica
  * that forwarded it routes it again). A client request that is not the host's
  * own push (`from_self`: bounded by the host's admission) nor a heartbeat is
- * shed once the entries ordered but not committed reach FP_SHED_INFLIGHT, or
- * the log ring holds more than 1/FP_SHED_RING_SHARE of its `ring_size` unread
- * (`ring_used`, in the caller's unit): taking it would end in a full ring,
- * dropped appends and acks, then a hand-off. Reads the registers only; a racy
- * view sheds one request more or less.
+ * shed once the entries ordered but not committed reach `max_inflight` (the
+ * data plane's window, set by user space: waverunner_fastpath::SHED_INFLIGHT_XDP,
+ * SHED_INFLIGHT_UDP), or the log ring holds more than 1/FP_SHED_RING_SHARE of
+ * its `ring_size` unread (`ring_used`, in the caller's unit): taking it would
+ * end in a full ring, dropped appends and acks, then a hand-off. Reads the
+ * registers only; a racy view sheds one request more or less.
  */
-#define FP_SHED_INFLIGHT 128
 #define FP_SHED_RING_SHARE 4
+
+/* What a leader's shedding weighs (three words: the BPF calling convention passes five). */
+struct fp_shed_load {
+	__u64 ring_used;    /* the log ring's unread share, in the caller's unit */
+	__u64 ring_size;    /* its size in that unit */
+	__u64 max_inflight; /* the data plane's window of entries ordered, not committed */
+};
+
+_Static_assert(sizeof(struct fp_shed_load) == 24, "fp_shed_load is three u64 (Rust: [u64; 3])");
 
 static __always_inline int fp_shed_inline(const struct fp_registers *r,
 					  const struct fp_hdr *in, int from_self,
-					  __u64 ring_used, __u64 ring_size)
+					  const struct fp_shed_load *l)
 {
 	if (in->type != FP_CLIENT_REQUEST || from_self || !r->enabled ||
 	    !r->is_leader || (in->flags & FP_F_HEARTBEAT))
 		return 0;
 	if (r->last_index >= r->commit_index &&
-	    r->last_index - r->commit_index >= FP_SHED_INFLIGHT)
+	    r->last_index - r->commit_index >= l->max_inflight)
 		return 1;
-	return ring_used > ring_size / FP_SHED_RING_SHARE;
+	return l->ring_used > l->ring_size / FP_SHED_RING_SHARE;
 }
 
 /*
@@ -454,7 +463,7 @@ static __always_inline int fp_ahead_inline(const struct fp_registers *r,
 int fp_handle(struct fp_registers *r, const struct fp_hdr *in,
 	      struct fp_out *out);
 int fp_shed(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
-	    __u64 ring_used, __u64 ring_size);
+	    const struct fp_shed_load *l);
 int fp_ahead(const struct fp_registers *r, const struct fp_hdr *in, int from_self,
 	     __u32 window, struct fp_gap_clock *c);
 int fp_busy_answer(struct fp_busy_clock *c);

@@ -11,8 +11,7 @@ extern "C" {
         r: *const Registers,
         input: *const Header,
         from_self: i32,
-        ring_used: u64,
-        ring_size: u64,
+        load: *const [u64; 3],
     ) -> i32;
     pub(crate) fn fp_ahead(
         r: *const Registers,

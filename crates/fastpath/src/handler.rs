@@ -243,26 +243,37 @@ pub fn handle(regs: &mut Registers, hdr: &Header) -> Output {
     out
 }
 
-/// Entries ordered but not committed at which a leader sheds clients' requests
-/// (`FP_SHED_INFLIGHT`).
-pub const SHED_INFLIGHT: u64 = 128;
+/// Entries ordered but not committed at which an `xdp` leader sheds clients' requests (the
+/// XDP program's `shed_inflight`, set at load) and refuses its host's proposals
+/// (`dataplane_max_inflight`). Throughput needs a few dozen (60 000 appends a second, a round
+/// under 1 ms); 1 024 let bursts overflow the followers' veth queues at twice the peak
+/// (docs/dataplane.md "The window's size").
+pub const SHED_INFLIGHT_XDP: u64 = 128;
+/// The same for the `udp` data plane, whose round through a user-space thread under load is
+/// longer: 128 bound its peak (35 k against 39–43 k requests a second).
+pub const SHED_INFLIGHT_UDP: u64 = 1024;
 /// A leader sheds clients' requests once its ring is more than 1/this full
 /// (`FP_SHED_RING_SHARE`).
 pub const SHED_RING_SHARE: u64 = 4;
 
 /// Whether a leader refuses `hdr` with a busy reply before the handler runs (overload): the C
 /// `fp_shed`, the rule the XDP program applies. `from_self`: the host pushed it;
-/// `ring_used`/`ring_size`: the log ring's unread share, in any one unit.
+/// `ring_used`/`ring_size`: the log ring's unread share, in any one unit; `max_inflight`: the
+/// data plane's window ([`SHED_INFLIGHT_XDP`], [`SHED_INFLIGHT_UDP`]).
 pub fn shed(
     regs: &Registers,
     hdr: &Header,
     from_self: bool,
     ring_used: u64,
     ring_size: u64,
+    max_inflight: u64,
 ) -> bool {
-    // SAFETY: both pointers come from live `#[repr(C)]` mirrors checked against the C
-    // structs; `fp_shed` only reads them and keeps no pointer.
-    unsafe { crate::ffi::fp_shed(regs, hdr, i32::from(from_self), ring_used, ring_size) != 0 }
+    // `struct fp_shed_load`: three u64 in this order.
+    let load = [ring_used, ring_size, max_inflight];
+    // SAFETY: the pointers come from live `#[repr(C)]` mirrors checked against the C structs
+    // and an array laid out as `struct fp_shed_load`; `fp_shed` only reads them and keeps no
+    // pointer.
+    unsafe { crate::ffi::fp_shed(regs, hdr, i32::from(from_self), &load) != 0 }
 }
 
 /// How far ahead of its log a follower's data plane passes an append to the host to be held
@@ -505,10 +516,11 @@ mod tests {
     #[test]
     fn a_leader_sheds_clients_requests_past_its_window_or_a_quarter_ring() {
         use crate::wire::{Header, APPEND, CLIENT_REQUEST, F_HEARTBEAT};
+        const W: u64 = 37; // any window: the caller's
         let regs = Registers {
             enabled: 1,
             is_leader: 1,
-            last_index: 100 + SHED_INFLIGHT - 1,
+            last_index: 100 + W - 1,
             commit_index: 100,
             ..Registers::default()
         };
@@ -517,39 +529,39 @@ mod tests {
             ..Header::new(1)
         };
         assert!(
-            !shed(&regs, &req, false, 0, 4096),
+            !shed(&regs, &req, false, 0, 4096, W),
             "one short of the window"
         );
         let full = Registers {
-            last_index: 100 + SHED_INFLIGHT,
+            last_index: 100 + W,
             ..regs
         };
-        assert!(shed(&full, &req, false, 0, 4096), "the window reached");
+        assert!(shed(&full, &req, false, 0, 4096, W), "the window reached");
         assert!(
-            !shed(&regs, &req, false, 1024, 4096),
+            !shed(&regs, &req, false, 1024, 4096, W),
             "a quarter of the ring"
         );
-        assert!(shed(&regs, &req, false, 1025, 4096), "past a quarter");
+        assert!(shed(&regs, &req, false, 1025, 4096, W), "past a quarter");
         assert_eq!(4096 / SHED_RING_SHARE, 1024);
         // Never: the host's own pushes, heartbeats, other types, followers, disabled.
-        assert!(!shed(&full, &req, true, 4096, 4096));
+        assert!(!shed(&full, &req, true, 4096, 4096, W));
         let hb = Header {
             flags: F_HEARTBEAT,
             ..req
         };
-        assert!(!shed(&full, &hb, false, 4096, 4096));
+        assert!(!shed(&full, &hb, false, 4096, 4096, W));
         let app = Header {
             kind: APPEND,
             ..req
         };
-        assert!(!shed(&full, &app, false, 4096, 4096));
+        assert!(!shed(&full, &app, false, 4096, 4096, W));
         let follower = Registers {
             is_leader: 0,
             ..full
         };
-        assert!(!shed(&follower, &req, false, 4096, 4096));
+        assert!(!shed(&follower, &req, false, 4096, 4096, W));
         let off = Registers { enabled: 0, ..full };
-        assert!(!shed(&off, &req, false, 4096, 4096));
+        assert!(!shed(&off, &req, false, 4096, 4096, W));
     }
 
     #[test]

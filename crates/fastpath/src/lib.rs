@@ -34,7 +34,7 @@ pub use handler::{
     ahead, busy_answer, busy_reply, handle, leader_heard, rationed_busy_reply, shed, Actions,
     Ahead, HaltReason, Output, BUSY_BURST, BUSY_EVERY_NS, GAP_PASS_NS, HALT_LOG_MISMATCH,
     HALT_REJECT_RECEIVED, HALT_RETX_EXHAUSTED, HALT_TERM_MISMATCH, HALT_UNKNOWN_PEER,
-    REORDER_WINDOW, SHED_INFLIGHT, SHED_RING_SHARE,
+    REORDER_WINDOW, SHED_INFLIGHT_UDP, SHED_INFLIGHT_XDP, SHED_RING_SHARE,
 };
 pub use registers::{Registers, MAX_NODES, MAX_RETX_REQUESTS, RETX_EVERY, R_DEFER_ACK};
 pub use wire::{

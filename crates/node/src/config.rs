@@ -33,9 +33,9 @@ pub enum ReadModeConfig {
 pub enum DataPlaneKind {
     /// Vanilla Raft over TCP only.
     Off,
-    /// The handler in a user-space UDP thread (not built yet).
+    /// The handler in a user-space UDP thread.
     Udp,
-    /// The handler in XDP (not built yet).
+    /// The handler in an XDP program in the NIC driver.
     Xdp,
 }
 

@@ -760,7 +760,11 @@ impl<S: StateMachine> Replica<S> {
             dataplane: dp.is_some(),
             defer_ack: dp.is_some() && cfg.durability == DurabilityMode::Fsync,
             dataplane_max_proposal: waverunner_host::dataplane::MAX_PROPOSAL,
-            dataplane_max_inflight: waverunner_fastpath::SHED_INFLIGHT,
+            // The host's pushes are bound by its data plane's own window.
+            dataplane_max_inflight: match cfg.dataplane {
+                crate::config::DataPlaneKind::Udp => waverunner_fastpath::SHED_INFLIGHT_UDP,
+                _ => waverunner_fastpath::SHED_INFLIGHT_XDP,
+            },
             ..RaftConfig::default()
         };
         let mut raft =

@@ -71,8 +71,9 @@ pub struct Config {
     /// With the data plane on, the leader holds at most this many entries ordered and not
     /// committed, with the proposals waiting to be pushed: further proposals are refused
     /// ([`crate::ProposeError::Busy`]) until some commit. The data plane sheds its clients'
-    /// requests at the same bound (`FP_SHED_INFLIGHT`; the host that drives it sets it); the
-    /// host's own proposals then do not pile up in the network instead.
+    /// requests at the same bound (its window, `SHED_INFLIGHT_XDP` or `SHED_INFLIGHT_UDP`;
+    /// the host that drives it sets it); the host's own proposals then do not pile up in the
+    /// network instead.
     pub dataplane_max_inflight: u64,
 }
 

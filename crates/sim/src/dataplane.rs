@@ -173,6 +173,7 @@ impl SimDataPlane {
             pushed,
             self.ring.len() as u64,
             RING_CAPACITY as u64,
+            fp::SHED_INFLIGHT_XDP,
         ) {
             self.shed += 1;
             let busy =
@@ -342,7 +343,7 @@ mod tests {
             leader_id: 1,
             group_id: u64::from(GROUP_ID),
             term: 2,
-            last_index: 5 + fp::SHED_INFLIGHT,
+            last_index: 5 + fp::SHED_INFLIGHT_XDP,
             last_term: 2,
             commit_index: 5,
             term_start_index: 5,

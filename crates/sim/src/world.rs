@@ -728,7 +728,7 @@ impl World {
             dataplane_max_inflight: if (self.seed >> 3) & 1 == 1 {
                 4
             } else {
-                waverunner_fastpath::SHED_INFLIGHT
+                waverunner_fastpath::SHED_INFLIGHT_XDP
             },
             read_mode: if self.lease_reads {
                 ReadMode::Lease
