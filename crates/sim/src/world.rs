@@ -458,9 +458,9 @@ fn batch_of(data: &[u8]) -> Option<(u64, u64)> {
         return None;
     }
     let (first, n) = (word(1), word(2));
-    assert!(
-        c.len() == batch_payload(first, n, c.len()).len()
-            && c[..] == batch_payload(first, n, c.len())[..],
+    assert_eq!(
+        c,
+        &batch_payload(first, n, c.len())[..],
         "a batch command holds consecutive writes"
     );
     Some((first, n))
