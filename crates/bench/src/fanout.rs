@@ -215,6 +215,7 @@ pub type FanoutReport = Vec<(Fanout, Result<OptionResult, String>)>;
 
 /// The namespaces, the bridge and the loaded programs; removes all of it when dropped.
 pub struct Testbed {
+    net: netns::Bridged,
     leader: Option<Object>,
     followers: Vec<Object>,
     /// Why option (c) cannot run (attaching the TC program failed), if it cannot.
@@ -229,24 +230,27 @@ impl Testbed {
         if !netns::is_root() {
             return Err("the fan-out measurement needs root (network namespaces, XDP)".into());
         }
-        netns::remove_leftovers(PREFIX)?;
-        let mut tb = Testbed {
-            leader: None,
-            followers: Vec::new(),
-            tc_error: None,
-            devmap_error: None,
-        };
-        // From here on, a failure drops `tb`, which removes what was made.
-        netns::add_bridge(BRIDGE)?;
         let nodes = [
             (SENDER, SENDER_IP, SENDER_MAC),
             (LEADER, LEADER_IP, LEADER_MAC),
             (FOLLOWERS[0], FOLLOWER_IPS[0], FOLLOWER_MACS[0]),
             (FOLLOWERS[1], FOLLOWER_IPS[1], FOLLOWER_MACS[1]),
         ];
-        for (ns, addr, mac) in nodes {
-            netns::add_host(ns, BRIDGE, addr, Some(&mac_str(&mac)))?;
-        }
+        let macs = nodes.map(|(_, _, mac)| mac_str(&mac));
+        let hosts: Vec<_> = nodes
+            .iter()
+            .zip(&macs)
+            .map(|(&(ns, addr, _), mac)| (ns, addr, Some(mac.as_str())))
+            .collect();
+        let net = netns::Bridged::create(PREFIX, BRIDGE, &hosts)?;
+        // From here on, a failure drops `tb`, which removes what was made.
+        let mut tb = Testbed {
+            net,
+            leader: None,
+            followers: Vec::new(),
+            tc_error: None,
+            devmap_error: None,
+        };
 
         // The leader: its object also provides wrf_pass for the bridge-side ends.
         let leader = load_object()?;
@@ -397,7 +401,7 @@ impl Testbed {
     /// Removes everything now; returns what could not be removed.
     pub fn teardown(&mut self) -> Result<(), String> {
         // Deleting a namespace deletes its veth pair and the programs attached to it.
-        let r = netns::remove_leftovers(PREFIX);
+        let r = self.net.remove();
         self.leader = None;
         self.followers.clear();
         r

@@ -93,6 +93,7 @@ pub struct Floor {
 /// The two namespaces, the bridge, the loaded programs and the user-space echo thread; removes
 /// all of it when dropped.
 pub struct Testbed {
+    net: netns::Bridged,
     obj: Option<Object>,
     stop: Arc<AtomicBool>,
     echo: Option<JoinHandle<()>>,
@@ -105,17 +106,18 @@ impl Testbed {
         if !netns::is_root() {
             return Err("the floor needs root (network namespaces, XDP)".into());
         }
-        netns::remove_leftovers(PREFIX)?;
+        let net = netns::Bridged::create(
+            PREFIX,
+            BRIDGE,
+            &[(NEAR, NEAR_IP, None), (FAR, FAR_IP, None)],
+        )?;
+        // From here on, a failure drops `tb`, which removes what was made.
         let mut tb = Testbed {
+            net,
             obj: None,
             stop: Arc::new(AtomicBool::new(false)),
             echo: None,
         };
-        // From here on, a failure drops `tb`, which removes what was made.
-        netns::add_bridge(BRIDGE)?;
-        for (ns, addr) in [(NEAR, NEAR_IP), (FAR, FAR_IP)] {
-            netns::add_host(ns, BRIDGE, addr, None)?;
-        }
         let obj = ObjectBuilder::default()
             .open_memory(BPF_OBJECT)
             .map_err(|e| format!("opening the echo BPF object: {e}"))?
@@ -196,7 +198,7 @@ impl Testbed {
             let _ = h.join();
         }
         // Deleting a namespace deletes its veth pair and the XDP program attached to it.
-        let r = netns::remove_leftovers(PREFIX);
+        let r = self.net.remove();
         self.obj = None;
         r
     }

@@ -40,28 +40,6 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 2);
 const PORT: u16 = 6390;
 const ENGINES: [Engine; 2] = [Engine::Epoll, Engine::Uring];
 
-/// The namespaces and bridge of this bench; removed when dropped, on error and panic too.
-struct Layout;
-
-impl Layout {
-    fn create() -> Result<Layout, String> {
-        netns::remove_leftovers(PREFIX)?;
-        let layout = Layout;
-        netns::add_bridge(BRIDGE)?;
-        netns::add_host(SERVER_NS, BRIDGE, SERVER_IP, None)?;
-        netns::add_host(CLIENT_NS, BRIDGE, CLIENT_IP, None)?;
-        Ok(layout)
-    }
-}
-
-impl Drop for Layout {
-    fn drop(&mut self) {
-        if let Err(e) = netns::remove_leftovers(PREFIX) {
-            eprintln!("bench frontend: cleaning up: {e}");
-        }
-    }
-}
-
 /// One redis-benchmark run against one engine.
 #[derive(Clone, Debug, Default)]
 struct Run {
@@ -94,7 +72,12 @@ pub fn run(a: &FrontendArgs) -> Result<(), String> {
     }
     let bench = crate::bench::apt_binary("redis-benchmark", "redis-tools", "bench frontend")?;
     let started = Instant::now();
-    let _layout = Layout::create()?;
+    // Removed when dropped, on error and panic too.
+    let _net = netns::Bridged::create(
+        PREFIX,
+        BRIDGE,
+        &[(SERVER_NS, SERVER_IP, None), (CLIENT_NS, CLIENT_IP, None)],
+    )?;
     let mut rounds: Vec<[Round; 2]> = Vec::new();
     for r in 0..a.rounds {
         let mut pair: [Round; 2] = Default::default();

@@ -199,3 +199,61 @@ pub fn add_host(
     ip(&["-n", ns, "link", "set", "eth0", "up"])?;
     Ok(())
 }
+
+/// Namespaces on one bridge in the host namespace, every name starting with one prefix: a
+/// benchmark's testbed. Created after removing a leftover one; removed by
+/// [`Bridged::remove`] or, failing that, when dropped (also on error and panic).
+pub struct Bridged {
+    prefix: &'static str,
+    removed: bool,
+}
+
+impl Bridged {
+    /// Removes what a run with `prefix` left, then creates `bridge` and a namespace per host
+    /// (name, address, MAC), each on the bridge ([`add_host`]). A failure removes what was
+    /// made.
+    pub fn create(
+        prefix: &'static str,
+        bridge: &str,
+        hosts: &[(&str, std::net::Ipv4Addr, Option<&str>)],
+    ) -> Result<Bridged, String> {
+        for name in std::iter::once(bridge).chain(hosts.iter().map(|h| h.0)) {
+            assert!(
+                name.starts_with(prefix),
+                "{name} does not start with {prefix}"
+            );
+        }
+        remove_leftovers(prefix)?;
+        let made = Bridged {
+            prefix,
+            removed: false,
+        };
+        add_bridge(bridge)?;
+        for &(ns, addr, mac) in hosts {
+            add_host(ns, bridge, addr, mac)?;
+        }
+        Ok(made)
+    }
+
+    /// Removes the namespaces and links now (their veths and the programs attached to them go
+    /// with them); what could not be removed.
+    pub fn remove(&mut self) -> Result<(), String> {
+        self.removed = true;
+        remove_leftovers(self.prefix)
+    }
+}
+
+impl Drop for Bridged {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        if let Err(e) = self.remove() {
+            eprintln!(
+                "removing the `{}*` namespaces and links failed: {e}; remove them by hand \
+                 (`ip netns del …`, `ip link del …`)",
+                self.prefix
+            );
+        }
+    }
+}
