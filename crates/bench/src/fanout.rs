@@ -39,7 +39,7 @@ use libbpf_rs::{
 };
 
 use crate::cpu;
-use crate::stats::{quantiles, Quantiles};
+use crate::stats::{median, quantiles, Quantiles};
 use waverunner_netns as netns;
 
 static BPF_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fanout.bpf.o"));
@@ -202,12 +202,6 @@ impl OptionResult {
     pub fn softirq_us(&self) -> Option<f64> {
         median(&self.softirq_rounds)
     }
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
 }
 
 /// The result of a run: one entry per option, `Err` saying why an option could not be measured.

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -492,18 +492,13 @@ mod uring {
     }
 }
 
-/// Binds a listener on `addr` (the caller may be inside a namespace).
-pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::bind(addr)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::BufRead;
 
     fn roundtrip(engine: Engine) {
-        let l = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let server = Server::start(engine, l).unwrap();
         let mut streams: Vec<_> = (0..3)

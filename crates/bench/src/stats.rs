@@ -16,6 +16,13 @@ pub struct Quantiles {
     pub count: u64,
 }
 
+/// The median of a few measurements (the upper one of an even count); `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
 /// p50, p90 and p99 of `samples` (sorted here); `None` when empty.
 pub fn quantiles(samples: &mut [u64]) -> Option<Quantiles> {
     samples.sort_unstable();
@@ -55,6 +62,13 @@ pub fn histogram_quantiles(h: &LatencyHistogram) -> Option<Quantiles> {
 mod tests {
     use super::*;
     use waverunner_dataplane::bucket_of;
+
+    #[test]
+    fn median_of_measurements() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(3.0), "the upper of two");
+    }
 
     #[test]
     fn nearest_rank() {

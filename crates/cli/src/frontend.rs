@@ -10,9 +10,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use waverunner_bench::cpu;
-use waverunner_bench::frontend::{listen, Engine, Server};
+use waverunner_bench::frontend::{Engine, Server};
 use waverunner_bench::peers::{self, MANY};
+use waverunner_bench::{cpu, stats};
 use waverunner_netns as netns;
 
 /// Options of `waverunner bench frontend`.
@@ -96,7 +96,9 @@ pub fn run(a: &FrontendArgs) -> Result<(), String> {
             // after the ring is gone (io_uring tears down asynchronously).
             let port = PORT + (r as u16) * ENGINES.len() as u16 + e as u16;
             let addr = SocketAddr::V4(SocketAddrV4::new(SERVER_IP, port));
-            let l = netns::run_in(SERVER_NS, move || listen(addr).map_err(|e| e.to_string()))?;
+            let l = netns::run_in(SERVER_NS, move || {
+                std::net::TcpListener::bind(addr).map_err(|e| e.to_string())
+            })?;
             let server = Server::start(engine, l).map_err(|e| format!("{engine:?}: {e}"))?;
             let n = a.requests;
             if r == 0 && e == order[0] {
@@ -194,14 +196,6 @@ fn measure(
     })
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
-}
-
 /// The report: a row per engine and round, then the medians and their ratios.
 fn render(rounds: &[[Round; 2]], a: &FrontendArgs, secs: u64) -> String {
     let f = |x: Option<f64>, k: f64, d: usize| match x {
@@ -261,7 +255,10 @@ fn render(rounds: &[[Round; 2]], a: &FrontendArgs, secs: u64) -> String {
     ];
     s += "\n| median | epoll (mio) | io_uring | io_uring / epoll |\n|---|---:|---:|---:|\n";
     for (name, pick, k) in columns {
-        let m = |e: usize| median(rounds.iter().filter_map(|p| pick(&p[e])).collect());
+        let m = |e: usize| {
+            let v: Vec<f64> = rounds.iter().filter_map(|p| pick(&p[e])).collect();
+            stats::median(&v)
+        };
         let (ep, ur) = (m(0), m(1));
         let ratio = match (ep, ur) {
             (Some(a), Some(b)) if a > 0.0 => format!("{:.2}×", b / a),
