@@ -195,6 +195,11 @@ pub trait DataPlane: Send {
     /// `"xdp"` or `"udp"`.
     fn kind(&self) -> &'static str;
 
+    /// Its leader's window: entries ordered and not committed at which it sheds clients'
+    /// requests (`fp::shed`), and at which the host stops pushing its own
+    /// (`dataplane_max_inflight`).
+    fn max_inflight(&self) -> u64;
+
     /// Loads `regs` (which have `enabled = 1`) and turns the data plane on. `peers` are the
     /// fast-path addresses of the other voters (unicast fan-out, and where acks go). The ring
     /// must be empty (the host drained it at the last disable).
@@ -299,6 +304,9 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     fn disable(&mut self) -> fp::Registers {
         (**self).disable()
     }
+    fn max_inflight(&self) -> u64 {
+        (**self).max_inflight()
+    }
     fn drain(&mut self, out: &mut Vec<RingRecord>) {
         (**self).drain(out)
     }
@@ -402,6 +410,9 @@ mod tests {
     impl DataPlane for Marked {
         fn kind(&self) -> &'static str {
             "marked"
+        }
+        fn max_inflight(&self) -> u64 {
+            fp::SHED_INFLIGHT_XDP
         }
         fn enable(&mut self, _: &fp::Registers, _: &[(u64, SocketAddrV4)]) -> io::Result<()> {
             Ok(())

@@ -279,6 +279,10 @@ impl DataPlane for UdpDataPlane {
         "udp"
     }
 
+    fn max_inflight(&self) -> u64 {
+        fp::SHED_INFLIGHT_UDP
+    }
+
     /// Synchronous: when it returns, the thread runs every later packet with `regs`. `peers`
     /// entries with this replica's own id are ignored. Fails if the ring is not empty.
     fn enable(&mut self, regs: &fp::Registers, peers: &[(u64, SocketAddrV4)]) -> io::Result<()> {

@@ -299,6 +299,12 @@ impl XdpProgram {
             .fold(0u64, u64::wrapping_add)
     }
 
+    /// The leader's window the program sheds at (`shed_inflight`, set at load).
+    pub fn shed_inflight(&self) -> u64 {
+        // SAFETY: aligned u64 in the mapped .bss, written once at load.
+        unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.bss).shed_inflight)) }
+    }
+
     /// Follower: appends at most `n` entries ahead of the log go to the host (which holds
     /// them until the gap fills) instead of through the handler's gap rule; 0 turns it off
     /// (the handler vectors run with it off).
@@ -1074,6 +1080,10 @@ impl Drop for XdpDataPlane {
 impl DataPlane for XdpDataPlane {
     fn kind(&self) -> &'static str {
         "xdp"
+    }
+
+    fn max_inflight(&self) -> u64 {
+        self.prog.shed_inflight()
     }
 
     fn enable(&mut self, regs: &fp::Registers, _peers: &[(u64, SocketAddrV4)]) -> io::Result<()> {

@@ -337,6 +337,11 @@ fn xdp_leader_sheds_clients_past_its_window_or_a_quarter_ring() {
     use waverunner_fastpath::{BUSY_BURST, BUSY_EVERY_NS, F_HEARTBEAT, SHED_INFLIGHT_XDP};
     let prog = load(b"");
     let mut records = Vec::new();
+    assert_eq!(
+        prog.shed_inflight(),
+        SHED_INFLIGHT_XDP,
+        "the window set at load"
+    );
 
     // The window: entries ordered and not committed reach SHED_INFLIGHT_XDP (nothing acks).
     let mut r = leader_regs(&[1, 2, 3]);

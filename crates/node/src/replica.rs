@@ -761,10 +761,9 @@ impl<S: StateMachine> Replica<S> {
             defer_ack: dp.is_some() && cfg.durability == DurabilityMode::Fsync,
             dataplane_max_proposal: waverunner_host::dataplane::MAX_PROPOSAL,
             // The host's pushes are bound by its data plane's own window.
-            dataplane_max_inflight: match cfg.dataplane {
-                crate::config::DataPlaneKind::Udp => waverunner_fastpath::SHED_INFLIGHT_UDP,
-                _ => waverunner_fastpath::SHED_INFLIGHT_XDP,
-            },
+            dataplane_max_inflight: dp
+                .as_ref()
+                .map_or(u64::MAX, |(d, _)| d.plane.max_inflight()),
             ..RaftConfig::default()
         };
         let mut raft =

@@ -261,6 +261,11 @@ impl DataPlane for SimDataPlane {
         "sim"
     }
 
+    /// The XDP program's, which this one stands for.
+    fn max_inflight(&self) -> u64 {
+        fp::SHED_INFLIGHT_XDP
+    }
+
     fn enable(&mut self, regs: &fp::Registers, _peers: &[(u64, SocketAddrV4)]) -> io::Result<()> {
         assert!(!self.enabled(), "enable while enabled");
         assert!(self.ring.is_empty(), "enable with an undrained ring");
