@@ -242,6 +242,14 @@ pub trait DataPlane: Send {
     /// replies, retransmissions, deferred acks, forwards).
     fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()>;
 
+    /// Sends several UDP payloads as [`DataPlane::send_to`] does each, in order (`xdp`, `udp`:
+    /// one `sendmmsg` per 64); returns how many went. One that cannot go is skipped.
+    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+        pkts.iter()
+            .filter(|(to, p)| self.send_to(p, *to).is_ok())
+            .count()
+    }
+
     /// The registers right now (a racy copy while enabled: for status only).
     fn registers(&self) -> fp::Registers;
 
@@ -325,6 +333,9 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
         (**self).send_to(pkt, to)
     }
+    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+        (**self).send_many(pkts)
+    }
     fn registers(&self) -> fp::Registers {
         (**self).registers()
     }
@@ -391,6 +402,17 @@ pub(crate) fn set_socket_buffers(fd: RawFd) {
     }
 }
 
+/// [`DataPlane::send_many`] from a data plane's fast-path socket (`mmsg::send_all`).
+fn send_many_from(sock: &std::net::UdpSocket, pkts: &[(SocketAddr, &[u8])]) -> usize {
+    use std::os::fd::AsRawFd;
+    waverunner_mmsg::send_all(
+        sock.as_raw_fd(),
+        pkts.len(),
+        |i| pkts[i],
+        |to, e| tracing::debug!("data plane: send to {to} failed: {e}"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +460,10 @@ mod tests {
         fn send_to(&self, _: &[u8], _: SocketAddr) -> io::Result<()> {
             Ok(())
         }
+        fn send_many(&self, _: &[(SocketAddr, &[u8])]) -> usize {
+            self.mark();
+            7
+        }
         fn registers(&self) -> fp::Registers {
             fp::Registers::default()
         }
@@ -475,12 +501,13 @@ mod tests {
             p.want_wakeups(true);
             let _ = p.socket();
             p.tick();
+            assert_eq!(p.send_many(&[]), 7);
             p.leader_heard_ns()
         }
         assert_eq!(generic(&mut b), 42);
         assert_eq!(
             calls.load(Ordering::Relaxed),
-            6,
+            7,
             "every call reached the plane"
         );
     }

@@ -333,6 +333,10 @@ impl DataPlane for UdpDataPlane {
         send_one(&self.sock, pkt, to)
     }
 
+    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+        crate::send_many_from(&self.sock, pkts)
+    }
+
     fn registers(&self) -> fp::Registers {
         *self.shared.regs.lock().expect("registers lock")
     }
@@ -378,7 +382,9 @@ fn send_one(sock: &UdpSocket, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
     for _ in 0..10 {
         match sock.send_to(pkt, to) {
             Ok(_) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(sock.as_raw_fd()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                mmsg::wait_writable(sock.as_raw_fd())
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -387,16 +393,6 @@ fn send_one(sock: &UdpSocket, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
         io::ErrorKind::WouldBlock,
         "fast-path socket send buffer stayed full",
     ))
-}
-
-fn wait_writable(fd: RawFd) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, 1) };
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
@@ -475,32 +471,16 @@ impl OutQueue {
         b
     }
 
-    /// Sends everything queued with `sendmmsg` batches of at most [`BATCH`].
+    /// Sends everything queued (`mmsg::send_all`). A datagram that cannot go (unreachable
+    /// peer, full buffer) is lost, as on the wire; Raft retransmits.
     fn flush(&mut self, fd: RawFd) {
-        let mut done = 0;
-        let mut stalls = 0;
-        while done < self.n {
-            let batch = (done..self.n)
-                .take(BATCH)
-                .map(|j| (SocketAddr::V4(self.dests[j]), self.bufs[j].as_slice()));
-            match mmsg::send_batch(fd, batch) {
-                Ok(k) if k > 0 => done += k,
-                Ok(_) => done += 1,
-                Err(e) => match e.kind() {
-                    io::ErrorKind::Interrupted => {}
-                    io::ErrorKind::WouldBlock if stalls < 10 => {
-                        stalls += 1;
-                        wait_writable(fd);
-                    }
-                    _ => {
-                        // This datagram cannot go (unreachable peer, full buffer): it is lost,
-                        // as on the wire; Raft retransmits.
-                        tracing::debug!("udp data plane: send to {} failed: {e}", self.dests[done]);
-                        done += 1;
-                    }
-                },
-            }
-        }
+        let (dests, bufs) = (&self.dests, &self.bufs);
+        mmsg::send_all(
+            fd,
+            self.n,
+            |j| (SocketAddr::V4(dests[j]), bufs[j].as_slice()),
+            |to, e| tracing::debug!("udp data plane: send to {to} failed: {e}"),
+        );
         self.n = 0;
     }
 }

@@ -1137,6 +1137,10 @@ impl DataPlane for XdpDataPlane {
         self.socket.send_to(pkt, to).map(|_| ())
     }
 
+    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+        crate::send_many_from(&self.socket, pkts)
+    }
+
     fn registers(&self) -> fp::Registers {
         self.prog.read_registers()
     }

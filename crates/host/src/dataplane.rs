@@ -52,6 +52,10 @@ pub const RETX_BATCH: u64 = 256;
 /// Followers whose last retransmission the leader remembers at most.
 const RETX_REMEMBERED: usize = 64;
 
+/// Replies to native clients the leader's host queues at most before it sends them
+/// ([`DataPlaneHost::reply`]): past this it sends what is queued at once.
+pub const MAX_QUEUED_REPLIES: usize = 256;
+
 /// A request the data plane ordered at this leader on behalf of a native client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DpClient {
@@ -140,6 +144,9 @@ pub struct DataPlaneHost<P: DataPlane> {
     remote_pending: BTreeSet<u64>,
     /// What this host last told the data plane with [`DataPlane::want_wakeups`].
     urgent: bool,
+    /// Leader: replies to native clients not yet sent, in order (bounded by
+    /// [`MAX_QUEUED_REPLIES`]; sent by [`DataPlaneHost::flush_replies`]).
+    replies: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 /// A follower's held appends by previous index, their bytes, and since when the oldest has
@@ -277,6 +284,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
             commits: BTreeMap::new(),
             remote_pending: BTreeSet::new(),
             urgent: true,
+            replies: Vec::new(),
         }
     }
 
@@ -938,25 +946,113 @@ impl<P: DataPlane> DataPlaneHost<P> {
         (!c.replied && c.client == client && c.seq == seq).then_some(c)
     }
 
-    /// Sends a client reply for the entry at `index` to `c` from the fast-path port.
-    pub fn reply(&mut self, c: DpClient, index: u64, payload: &[u8]) -> bool {
+    /// Queues a client reply for the entry at `index` to `c`, from the fast-path port: the
+    /// caller sends the replies of a ready batch together ([`DataPlaneHost::flush_replies`],
+    /// one `sendmmsg` per 64 instead of a `sendto` each). At [`MAX_QUEUED_REPLIES`] the queue
+    /// is sent at once: returns how many replies that sent (0 when it only queued).
+    pub fn reply(&mut self, c: DpClient, index: u64, payload: &[u8]) -> usize {
         let h = fp::Header {
             seq: c.seq,
             index,
             ..self.header(fp::CLIENT_REPLY)
         };
-        let ok = self
-            .plane
-            .send_to(&packet(h, payload), SocketAddr::V4(c.source))
-            .is_ok();
-        self.stats.host_replies += u64::from(ok);
-        ok
+        self.replies
+            .push((SocketAddr::V4(c.source), packet(h, payload)));
+        if self.replies.len() >= MAX_QUEUED_REPLIES {
+            return self.flush_replies();
+        }
+        0
+    }
+
+    /// Sends the queued client replies, in order; returns how many went.
+    pub fn flush_replies(&mut self) -> usize {
+        if self.replies.is_empty() {
+            return 0;
+        }
+        let pkts: Vec<(SocketAddr, &[u8])> =
+            self.replies.iter().map(|(to, p)| (*to, &p[..])).collect();
+        let sent = self.plane.send_many(&pkts);
+        debug_assert!(sent <= self.replies.len());
+        self.stats.host_replies += sent as u64;
+        self.replies.clear();
+        sent
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The leader's host replies to native clients in batches: nothing leaves until the
+    /// replies are flushed (or the queue is full), then every one arrives, in order, as the
+    /// client reply the data plane would have sent; the count is in the stats.
+    #[test]
+    fn host_replies_go_out_together_when_flushed() {
+        use std::net::{Ipv4Addr, UdpSocket};
+        use std::sync::Arc;
+        use waverunner_dataplane::{udp::UdpDataPlane, Config, Hooks};
+        let plane = UdpDataPlane::open(
+            &Config {
+                self_id: 1,
+                group_id: 9,
+                bind: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+                interface: None,
+                multicast: None,
+                blind_reply_body: Vec::new(),
+            },
+            Hooks {
+                wake: Arc::new(|| {}),
+                host_packet: Arc::new(|_, _| {}),
+            },
+        )
+        .unwrap();
+        let mut host = DataPlaneHost::new(plane, 1, 9, false);
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.set_nonblocking(true).unwrap();
+        let SocketAddr::V4(source) = client.local_addr().unwrap() else {
+            unreachable!()
+        };
+        let c = |seq| DpClient {
+            source,
+            client: 77,
+            seq,
+            replied: false,
+        };
+        let mut buf = [0u8; 256];
+        for seq in 1..=3 {
+            assert_eq!(host.reply(c(seq), 100 + seq, b"ok"), 0, "only queued");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            client.recv(&mut buf).is_err(),
+            "nothing sent before the flush"
+        );
+        assert_eq!(host.flush_replies(), 3);
+        assert_eq!(host.flush_replies(), 0, "the queue is empty after a flush");
+        assert_eq!(host.stats.host_replies, 3);
+        client.set_nonblocking(false).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        for seq in 1..=3 {
+            let n = client.recv(&mut buf).unwrap();
+            let (h, payload) = fp::Header::decode(&buf[..n]).unwrap();
+            assert_eq!(
+                (h.kind, h.seq, h.index, payload),
+                (fp::CLIENT_REPLY, seq, 100 + seq, &b"ok"[..])
+            );
+        }
+        // A full queue goes at once.
+        let sent: usize = (0..MAX_QUEUED_REPLIES as u64)
+            .map(|i| host.reply(c(10 + i), 200 + i, b"ok"))
+            .sum();
+        assert_eq!(sent, MAX_QUEUED_REPLIES);
+        assert_eq!(host.flush_replies(), 0);
+        for i in 0..MAX_QUEUED_REPLIES as u64 {
+            let n = client.recv(&mut buf).unwrap();
+            assert_eq!(fp::Header::decode(&buf[..n]).unwrap().0.seq, 10 + i);
+        }
+    }
 
     #[test]
     fn reasons_read_as_snake_case() {

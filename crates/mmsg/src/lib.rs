@@ -1,6 +1,7 @@
 //! Batched UDP I/O, the one owner of `sendmmsg` and `recvmmsg` in the project: the `udp` data
-//! plane (`crates/dataplane/src/udp.rs`) and the overload flood (`crates/client/src/load.rs`)
-//! send and receive through it.
+//! plane (`crates/dataplane/src/udp.rs`), the data planes' host replies
+//! (`DataPlane::send_many`) and the overload flood (`crates/client/src/load.rs`) send and
+//! receive through it.
 //!
 //! Written here rather than taken from a crate: nix 0.30's `sendmmsg` reports how many
 //! datagrams went only through an iterator that reads receive addresses it never initialized,
@@ -114,6 +115,57 @@ pub fn send_batch<'a>(
     } else {
         Ok(rc as usize)
     }
+}
+
+/// Sends all `n` datagrams (`msg(i)`: destination and bytes), in order, in [`send_batch`]
+/// calls; returns how many the kernel took. A full send buffer on a non-blocking socket is
+/// waited for (at most 1 ms at a time, [`MAX_STALLS`] times in all); a datagram that cannot go
+/// for another reason (an unreachable destination) is skipped, as if lost on the wire, and
+/// `on_error` hears why.
+pub fn send_all<'a>(
+    fd: RawFd,
+    n: usize,
+    msg: impl Fn(usize) -> (SocketAddr, &'a [u8]),
+    mut on_error: impl FnMut(SocketAddr, &io::Error),
+) -> usize {
+    let (mut done, mut sent, mut stalls) = (0, 0, 0);
+    while done < n {
+        match send_batch(fd, (done..n).map(&msg)) {
+            Ok(k) => {
+                // The kernel returns an error rather than 0 for a non-empty batch; a 0 would
+                // loop forever, so it counts as one skipped.
+                debug_assert!(k > 0, "sendmmsg took nothing without an error");
+                done += k.max(1);
+                sent += k;
+            }
+            Err(e) => match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock if stalls < MAX_STALLS => {
+                    stalls += 1;
+                    wait_writable(fd);
+                }
+                _ => {
+                    on_error(msg(done).0, &e);
+                    done += 1;
+                }
+            },
+        }
+    }
+    sent
+}
+
+/// How many times [`send_all`] waits for a full send buffer before it gives datagrams up.
+pub const MAX_STALLS: usize = 10;
+
+/// Waits at most 1 ms for `fd` to be writable.
+pub fn wait_writable(fd: RawFd) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, 1) };
 }
 
 /// Buffers for `recvmmsg`: `count` datagrams of at most `buf_len` bytes each, with their
@@ -276,5 +328,43 @@ mod tests {
             .recv(rx[0].as_raw_fd(), libc::MSG_DONTWAIT)
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    /// `send_all` sends every datagram in order across batches and skips one that cannot go
+    /// (here: an IPv6 destination from an IPv4 socket), naming it, without losing the rest.
+    #[test]
+    fn send_all_sends_everything_and_skips_what_cannot_go() {
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let bad: SocketAddr = "[::1]:9".parse().unwrap();
+        let n = 2 * MAX_BATCH + 5;
+        let skip = MAX_BATCH + 3;
+        let pkts: Vec<Vec<u8>> = (0..n).map(|i| (i as u32).to_le_bytes().to_vec()).collect();
+        let to = |i: usize| {
+            if i == skip {
+                bad
+            } else {
+                rx.local_addr().unwrap()
+            }
+        };
+        let mut errors = Vec::new();
+        let sent = send_all(
+            tx.as_raw_fd(),
+            n,
+            |i| (to(i), pkts[i].as_slice()),
+            |a, _| errors.push(a),
+        );
+        assert_eq!((sent, errors), (n - 1, vec![bad]));
+        let mut buf = [0u8; 16];
+        for i in (0..n).filter(|&i| i != skip) {
+            let k = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..k], pkts[i].as_slice());
+        }
+        assert_eq!(
+            send_all(tx.as_raw_fd(), 0, |i| (to(i), &[][..]), |_, _| ()),
+            0
+        );
     }
 }

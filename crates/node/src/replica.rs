@@ -1466,6 +1466,7 @@ impl<S: StateMachine> Replica<S> {
             let rd = self.raft.ready();
             let n = rd.committed_entries.len();
             self.handle_ready(rd)?;
+            self.flush_fast_replies();
             stall(self.cfg.id, t, || format!("a ready batch ({n} committed)"));
             self.raft.advance();
             let mut cx = cx!(self);
@@ -1479,6 +1480,7 @@ impl<S: StateMachine> Replica<S> {
                 break;
             }
         }
+        self.flush_fast_replies();
         // Also with nothing ready (O(1) unless a snapshot is due): a snapshot finished or
         // asked for on an idle replica (a single replica's `POST /snapshot` waited for the
         // next write when this ran only after a ready batch).
@@ -1976,8 +1978,14 @@ impl<S: StateMachine> Replica<S> {
             ),
         };
         let payload = payload::reply_payload(status, leader, body);
-        if d.reply(c, index, &payload) {
-            self.requests.stats.answered += 1;
+        self.requests.stats.answered += d.reply(c, index, &payload) as u64;
+    }
+
+    /// Sends the replies [`Replica::answer_fast_client`] queued (after each ready batch and
+    /// once a drive is over: a restore's pending entries are applied outside a batch).
+    fn flush_fast_replies(&mut self) {
+        if let Some(d) = self.dp.as_mut() {
+            self.requests.stats.answered += d.flush_replies() as u64;
         }
     }
 
