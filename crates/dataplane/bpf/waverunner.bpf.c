@@ -532,9 +532,15 @@ static __always_inline int wr_process(struct xdp_md *ctx, struct wr_pkt *pk,
 		cnt->client_replies++;
 		verdict = XDP_TX;
 	} else {
+		/* Nothing to send: the frame ends here, taken (an entry, a commit, a match) or not. */
 		verdict = XDP_DROP;
 	}
-	if (verdict == XDP_DROP)
+	/*
+	 * `dropped` counts inputs the handler refused, and replies that could not be emitted;
+	 * an ack taken into a match index or a commit is not one (FP_ACT_MATCHED, RING_COMMIT).
+	 */
+	if ((out->actions & FP_ACT_DROP) ||
+	    (verdict == XDP_DROP && (out->actions & (FP_ACT_BROADCAST | FP_ACT_REPLY))))
 		cnt->dropped++;
 
 	/* Records, in the order the handler produced them: entry, then commit. */

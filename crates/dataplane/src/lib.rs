@@ -77,7 +77,8 @@ pub struct Counters {
     pub handled: u64,
     /// Packets passed to the host untouched (disabled, not ours to handle, deviations).
     pub punted: u64,
-    /// Packets dropped (duplicates, gaps, stale acks, acks that commit nothing).
+    /// Packets the handler refused (`FP_ACT_DROP`: duplicates, appends past a gap, stale acks)
+    /// or whose reply could not be emitted; not acks taken into a match index or a commit.
     pub dropped: u64,
     /// Retransmission requests a follower sent.
     pub retx_requests: u64,

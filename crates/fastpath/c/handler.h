@@ -28,6 +28,7 @@
 #define FP_ACT_TO_HOST 32      /* pass the input to host software untouched */
 #define FP_ACT_DROP 64         /* drop the input */
 #define FP_ACT_HALT 128        /* handler cleared `enabled`, set halt_reason: notify the host */
+#define FP_ACT_MATCHED 256     /* an ack moved a match index, committed nothing: taken, nothing to send */
 
 struct fp_out {
 	__u32 actions;
@@ -268,7 +269,7 @@ static __always_inline void fp_on_ack(struct fp_registers *r,
 	}
 	r->match_index[slot] = in->index; /* l.36 */
 	if (!fp_try_commit(r, out))       /* l.37-47 */
-		out->actions = FP_ACT_DROP;
+		out->actions = FP_ACT_MATCHED; /* taken (not a drop): a majority still to come */
 }
 
 /*

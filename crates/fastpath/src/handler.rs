@@ -32,9 +32,12 @@ impl Actions {
     pub const DROP: Actions = Actions(64);
     /// The handler cleared `enabled` and set `halt_reason`: notify the host (`FP_ACT_HALT`).
     pub const HALT: Actions = Actions(128);
+    /// An acknowledgement moved its follower's match index and committed nothing: the input
+    /// was taken, not dropped, and nothing is sent (`FP_ACT_MATCHED`).
+    pub const MATCHED: Actions = Actions(256);
 
     /// Every named action with its name, in bit order.
-    pub const NAMED: [(Actions, &'static str); 8] = [
+    pub const NAMED: [(Actions, &'static str); 9] = [
         (Actions::RING_ENTRY, "RING_ENTRY"),
         (Actions::RING_COMMIT, "RING_COMMIT"),
         (Actions::BROADCAST, "BROADCAST"),
@@ -43,6 +46,7 @@ impl Actions {
         (Actions::TO_HOST, "TO_HOST"),
         (Actions::DROP, "DROP"),
         (Actions::HALT, "HALT"),
+        (Actions::MATCHED, "MATCHED"),
     ];
 
     /// The raw bits.
@@ -645,7 +649,7 @@ mod tests {
         let a = Actions::RING_ENTRY | Actions::BROADCAST;
         assert_eq!(format!("{a:?}"), "RING_ENTRY | BROADCAST");
         assert_eq!(format!("{:?}", Actions::NONE), "NONE");
-        assert_eq!(format!("{:?}", Actions(0x100 | 64)), "DROP | 0x100");
+        assert_eq!(format!("{:?}", Actions(0x200 | 64)), "DROP | 0x200");
         assert_eq!(Actions::from_name("HALT"), Some(Actions::HALT));
         assert_eq!(a.names(), vec!["RING_ENTRY", "BROADCAST"]);
     }

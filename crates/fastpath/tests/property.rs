@@ -134,12 +134,14 @@ fn check(step: &str, before: &Registers, hdr: &Header, after: &Registers, out: &
     let all = Actions::NAMED.iter().fold(0, |acc, (x, _)| acc | x.bits());
     assert_eq!(a.bits() & !all, 0, "unknown action bits: {}", ctx());
 
-    // Exactly one disposition of the input: to the host, dropped, or consumed onto the ring.
+    // Exactly one disposition of the input: to the host, dropped, consumed onto the ring, or
+    // taken into a match index.
     let to_host = a.contains(Actions::TO_HOST);
     let drop = a.contains(Actions::DROP);
     let ring = a.intersects(Actions::RING_ENTRY | Actions::RING_COMMIT);
+    let matched = a.contains(Actions::MATCHED);
     assert_eq!(
-        to_host as u8 + drop as u8 + ring as u8,
+        to_host as u8 + drop as u8 + ring as u8 + matched as u8,
         1,
         "exactly one disposition: {}",
         ctx()
@@ -163,6 +165,15 @@ fn check(step: &str, before: &Registers, hdr: &Header, after: &Registers, out: &
         assert!(
             (a.bits() & !(Actions::DROP | Actions::REPLY | Actions::HALT).bits()) == 0,
             "{}",
+            ctx()
+        );
+    }
+    // A matched ack moved its sender's match index, and nothing else: not the commit index.
+    if matched {
+        assert_eq!(a, Actions::MATCHED, "{}", ctx());
+        assert!(
+            after.match_index != before.match_index && after.commit_index == before.commit_index,
+            "MATCHED moves a match index only: {}",
             ctx()
         );
     }
@@ -322,7 +333,7 @@ fn check(step: &str, before: &Registers, hdr: &Header, after: &Registers, out: &
 fn random_registers_and_headers_keep_the_invariants() {
     let mut rng = Rng(0x5741_5645_5255_4E52); // "WAVERUNR"
     let mut steps = 0u32;
-    let mut seen = [0u32; 8];
+    let mut seen = [0u32; Actions::NAMED.len()];
     for round in 0..1000 {
         let mut regs = random_registers(&mut rng);
         for i in 0..20 {

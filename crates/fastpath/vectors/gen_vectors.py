@@ -284,8 +284,8 @@ case("append_at_leader", "l.16: an append reaching a leader means another leader
 
 # ---- ack at the leader (Fig. 4 l.33-43) ---------------------------------------------------------
 case("ack_advances_match_no_commit",
-     "l.35-36: follower 3 acks 8 > match 7: match [10, 8, 8]; 2nd largest 8 = commit, nothing commits: drop.",
-     LEADER3, hdr("ACK", term=5, from_=3, index=8), ["DROP"], upd(LEADER3, match_index=[10, 8, 8]))
+     "l.35-36: follower 3 acks 8 > match 7: match [10, 8, 8]; 2nd largest 8 = commit, nothing commits: taken, nothing to send (MATCHED).",
+     LEADER3, hdr("ACK", term=5, from_=3, index=8), ["MATCHED"], upd(LEADER3, match_index=[10, 8, 8]))
 case("ack_completes_quorum_3",
      "l.37-47: follower 2 acks 10: match [10, 10, 7], quorum 2 reached at 10 > commit 8: commit 10, client reply for 10.",
      LEADER3, hdr("ACK", term=5, from_=2, index=10), ["RING_COMMIT", "CLIENT_REPLY"],
@@ -296,8 +296,8 @@ case("ack_completes_quorum_5_out_of_order",
      LEADER5B, hdr("ACK", term=3, from_=4, index=19), ["RING_COMMIT", "CLIENT_REPLY"],
      upd(LEADER5B, match_index=[20, 18, 12, 19, 10], commit_index=18), out_fields=out(commit_index=18, reply_index=18))
 case("ack_5_no_quorum_yet",
-     "5 voters: follower 5 acks 11: match [20, 18, 12, 11, 11]; 3rd largest 12 = commit: drop.",
-     LEADER5B, hdr("ACK", term=3, from_=5, index=11), ["DROP"], upd(LEADER5B, match_index=[20, 18, 12, 11, 11]))
+     "5 voters: follower 5 acks 11: match [20, 18, 12, 11, 11]; 3rd largest 12 = commit: MATCHED.",
+     LEADER5B, hdr("ACK", term=3, from_=5, index=11), ["MATCHED"], upd(LEADER5B, match_index=[20, 18, 12, 11, 11]))
 case("ack_5_commits_ack_index",
      "5 voters: follower 3 acks 13: match [20, 18, 13, 11, 10]; 3rd largest 13: commit 13.",
      LEADER5B, hdr("ACK", term=3, from_=3, index=13), ["RING_COMMIT", "CLIENT_REPLY"],
@@ -329,8 +329,8 @@ case("ack_index_beyond_last", "An ack of index 11 > our last index 10 acknowledg
 b = upd(LEADER3, last_index=12, term_start_index=11, match_index=[12, 9, 8])
 case("ack_below_term_start_no_commit",
      "Raft §5.4.2: follower 3 acks 10: match [12, 9, 10], a quorum holds 10, but 10 < term_start_index 11 "
-     "(an entry of an earlier term): not committed by counting; drop.",
-     b, hdr("ACK", term=5, from_=3, index=10), ["DROP"], upd(b, match_index=[12, 9, 10]))
+     "(an entry of an earlier term): not committed by counting; MATCHED.",
+     b, hdr("ACK", term=5, from_=3, index=10), ["MATCHED"], upd(b, match_index=[12, 9, 10]))
 case("ack_at_term_start_commits",
      "Follower 2 acks 11: match [12, 11, 8]; 11 >= term_start_index 11: commit 11 (and with it 9 and 10).",
      b, hdr("ACK", term=5, from_=2, index=11), ["RING_COMMIT", "CLIENT_REPLY"],
@@ -343,8 +343,8 @@ case("ack_self_fsync_commits",
      upd(b, match_index=[11, 11, 7], commit_index=11), out_fields=out(commit_index=11, reply_index=11))
 b = upd(LEADER3, flags=R_DEFER_ACK, last_index=11, match_index=[9, 8, 8], commit_index=8)
 case("ack_self_fsync_no_commit",
-     "Self-ack of 10 with followers at 8: match [10, 8, 8]; 2nd largest 8 = commit: drop.",
-     b, hdr("ACK", term=5, from_=1, index=10), ["DROP"], upd(b, match_index=[10, 8, 8]))
+     "Self-ack of 10 with followers at 8: match [10, 8, 8]; 2nd largest 8 = commit: MATCHED.",
+     b, hdr("ACK", term=5, from_=1, index=10), ["MATCHED"], upd(b, match_index=[10, 8, 8]))
 case("ack_at_follower", "A follower passes any ack to the host.",
      FOLLOWER3, hdr("ACK", term=5, from_=3, index=10), ["TO_HOST"], FOLLOWER3)
 
