@@ -775,6 +775,74 @@ fn native_client_through_every_replica() {
     on(c.redis_addr(2), &["GET", "native-all"], "\"x\"");
 }
 
+/// A burst of native requests from one socket, more than the client loop reads in one turn
+/// (`native::READ_BUDGET`, 256), sent before any answer is read: every one is answered once,
+/// with its own sequence number, and every write is then readable through another replica.
+#[test]
+fn a_burst_of_native_requests_is_answered_in_full() {
+    use waverunner_kv::native::{decode_reply, encode_request, STATUS_OK};
+    let mut c = Cluster::start(3, Opts::default());
+    let leader = c.wait_leader(WAIT);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    const N: u64 = 600;
+    // Replies are read as they come, into a receive buffer for all of them, as the load
+    // generator's (`waverunner_client::load`): a default buffer holds about 270 of these
+    // datagrams, and the replies of one turn of the leader's loop leave together.
+    let rx = sock.try_clone().expect("clone");
+    waverunner_mmsg::set_buffer(
+        std::os::fd::AsRawFd::as_raw_fd(&sock),
+        waverunner_mmsg::Buffer::Receive,
+        8 << 20,
+    );
+    let reader = std::thread::spawn(move || {
+        let mut seen = BTreeSet::new();
+        let mut buf = [0u8; 2048];
+        while (seen.len() as u64) < N {
+            let Ok((n, _)) = rx.recv_from(&mut buf) else {
+                break;
+            };
+            let r = decode_reply(&buf[..n]).expect("a reply");
+            assert_eq!(r.status, STATUS_OK, "seq {}: {:?}", r.seq, r.body);
+            assert!(seen.insert(r.seq), "seq {} answered twice", r.seq);
+        }
+        seen
+    });
+    for seq in 1..=N {
+        let op = waverunner_kv::Op::Set {
+            key: format!("burst-{seq}").into_bytes(),
+            value: seq.to_string().into_bytes(),
+            flags: 0,
+            expiry: waverunner_kv::Expiry::None,
+            cond: waverunner_kv::Cond::Always,
+            get_old: false,
+        };
+        let pkt = encode_request(0, seq, &op).expect("encode");
+        sock.send_to(&pkt, c.client_addr(leader)).expect("send");
+    }
+    let seen = reader.join().expect("the reader");
+    assert_eq!(
+        seen.len() as u64,
+        N,
+        "answered; the leader's counters: {:?}",
+        c.status(leader).counters
+    );
+    assert_eq!(seen, (1..=N).collect::<BTreeSet<u64>>());
+    let other = c
+        .ids()
+        .into_iter()
+        .find(|&i| i != leader)
+        .expect("a follower");
+    let mut cl = c.client_of(&[other]);
+    for seq in [1, N / 2, N] {
+        assert_eq!(
+            cl.get(format!("burst-{seq}").as_bytes()).expect("get"),
+            Some(seq.to_string().into_bytes())
+        );
+    }
+}
+
 /// Runs a Python `script` with redis-py 8; it must print a line starting with `ok`.
 fn redis_py_8(script: &str, what: &str) {
     let (py, path) = python_with_redis_py_8();

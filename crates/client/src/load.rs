@@ -181,22 +181,11 @@ fn sockets_for(target: SocketAddr) -> Result<(UdpSocket, UdpSocket), Error> {
         "[::]:0"
     })
     .map_err(|e| Error::Local(format!("bind: {e}")))?;
-    let set = |opt: libc::c_int| {
-        // SAFETY: a live c_int of the size given, for a socket this function owns.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&sock),
-                libc::SOL_SOCKET,
-                opt,
-                (&RECEIVE_BUFFER as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            ) == 0
-        }
-    };
-    // The FORCE variant (root) passes the system's cap; without it the cap applies.
-    if !set(libc::SO_RCVBUFFORCE) {
-        set(libc::SO_RCVBUF);
-    }
+    mmsg::set_buffer(
+        std::os::fd::AsRawFd::as_raw_fd(&sock),
+        mmsg::Buffer::Receive,
+        RECEIVE_BUFFER,
+    );
     let rx = sock
         .try_clone()
         .map_err(|e| Error::Local(format!("socket: {e}")))?;

@@ -391,16 +391,11 @@ pub(crate) fn setsockopt_int(
 }
 
 /// Large socket buffers: bursts of appends and acks (and a follower's held appends, which
-/// reach the host through this socket) must not overflow while the reader is descheduled. The `FORCE` variants (root) pass the sysctl caps; failures are harmless.
+/// reach the host through this socket) must not overflow while the reader is descheduled.
 pub(crate) fn set_socket_buffers(fd: RawFd) {
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        if setsockopt_int(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
-            let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
-        }
-    }
+    use waverunner_mmsg::{set_buffer, Buffer};
+    set_buffer(fd, Buffer::Receive, SOCKET_BUFFER);
+    set_buffer(fd, Buffer::Send, SOCKET_BUFFER);
 }
 
 /// [`DataPlane::send_many`] from a data plane's fast-path socket (`mmsg::send_all`).

@@ -17,6 +17,9 @@ use crate::{Op, Response};
 /// Bytes of payload one datagram carries at most.
 pub const MAX_PAYLOAD: usize = fp::MAX_PAYLOAD as usize;
 
+/// Bytes of one valid datagram at most: the header and the largest payload.
+pub const MAX_DATAGRAM: usize = fp::HDR_LEN + MAX_PAYLOAD;
+
 /// Why a datagram is not a valid request or reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProtoError(pub String);

@@ -83,14 +83,19 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
     .into_iter()
     .filter_map(|(l, proto)| l.map(|socket| frontend::tcp::Listener { socket, proto }))
     .collect();
-    let front_end: Option<Box<dyn waverunner_node::ClientLoop>> = if listeners.is_empty() {
-        None
-    } else {
-        Some(Box::new(
-            frontend::tcp::Frontend::new(listeners, limits)
-                .map_err(|e| StartError(format!("cannot set up the client front-end: {e}")))?,
-        ))
-    };
+    let native_loop = udp
+        .map(|sock| frontend::native::NativeLoop::new(sock, cfg.id))
+        .transpose()
+        .map_err(|e| StartError(format!("cannot set up the native front-end: {e}")))?;
+    let front_end: Option<Box<dyn waverunner_node::ClientLoop>> =
+        if listeners.is_empty() && native_loop.is_none() {
+            None
+        } else {
+            Some(Box::new(
+                frontend::tcp::Frontend::new(listeners, native_loop, limits)
+                    .map_err(|e| StartError(format!("cannot set up the client front-end: {e}")))?,
+            ))
+        };
     let mut ok = Vec::new();
     waverunner_kv::codec::encode_response(&waverunner_kv::Response::Ok, &mut ok);
     let clients = FastClients {
@@ -105,20 +110,6 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
             running.handle.clone(),
             cfg.id,
         ));
-    }
-    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(f)
-            .map(|_| ())
-            .map_err(|e| StartError(format!("cannot start the {name} thread: {e}")))
-    };
-    if let Some(udp) = udp {
-        let (h, s, id) = (running.handle.clone(), running.stop_flag(), cfg.id);
-        spawn(
-            "native",
-            Box::new(move || frontend::native::serve(udp, h, id, s)),
-        )?;
     }
     Ok(running)
 }

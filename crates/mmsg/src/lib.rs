@@ -168,6 +168,61 @@ pub fn wait_writable(fd: RawFd) {
     unsafe { libc::poll(&mut p, 1, 1) };
 }
 
+/// A socket's buffer, for [`set_buffer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// `SO_RCVBUF`.
+    Receive,
+    /// `SO_SNDBUF`.
+    Send,
+}
+
+/// Asks for a `bytes` buffer on `fd`: past the system's cap (`net.core.{r,w}mem_max`) as root
+/// (the `FORCE` option), up to the cap otherwise. Whether either was taken; a refusal leaves
+/// the buffer as it was, which is harmless.
+pub fn set_buffer(fd: RawFd, which: Buffer, bytes: libc::c_int) -> bool {
+    let (force, plain) = match which {
+        Buffer::Receive => (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        Buffer::Send => (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    };
+    [force, plain].into_iter().any(|opt| {
+        // SAFETY: a live c_int of the size given.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const libc::c_int).cast(),
+                mem::size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+        }
+    })
+}
+
+/// `SO_MEMINFO` (the asm-generic value, x86's and arm's), which libc does not export.
+const SO_MEMINFO: libc::c_int = 55;
+
+/// How full `fd`'s receive queue is: the bytes queued and the buffer's size (`SO_MEMINFO`), or
+/// `None` if the kernel does not say.
+pub fn receive_queue(fd: RawFd) -> Option<(u32, u32)> {
+    // SK_MEMINFO_VARS is 10 today; the kernel copies at most the length given.
+    let mut info = [0u32; 16];
+    let mut len = mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: getsockopt into a live array of the length given.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    let at = |i: libc::c_int| info[i as usize];
+    (rc == 0 && len as usize > 4 * libc::SK_MEMINFO_RCVBUF as usize)
+        .then(|| (at(libc::SK_MEMINFO_RMEM_ALLOC), at(libc::SK_MEMINFO_RCVBUF)))
+}
+
 /// Buffers for `recvmmsg`: `count` datagrams of at most `buf_len` bytes each, with their
 /// source addresses (heap storage: the pointers stay valid when the batch moves).
 pub struct RecvBatch {
@@ -260,6 +315,54 @@ mod tests {
     use std::net::UdpSocket;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
+
+    #[test]
+    fn a_larger_receive_buffer_is_taken() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let size = |s: &UdpSocket| {
+            let mut v: libc::c_int = 0;
+            let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt into a live c_int of the length given.
+            let rc = unsafe {
+                libc::getsockopt(
+                    s.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!(rc, 0);
+            v
+        };
+        let before = size(&s);
+        assert!(set_buffer(s.as_raw_fd(), Buffer::Receive, 4 * before));
+        // Root passes the cap; without root the cap may hold it where it was.
+        assert!(size(&s) >= before);
+        assert!(!set_buffer(-1, Buffer::Send, 1 << 20), "a bad descriptor");
+    }
+
+    #[test]
+    fn the_receive_queue_fills_and_empties() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (used, size) = receive_queue(rx.as_raw_fd()).expect("SO_MEMINFO");
+        assert_eq!(used, 0);
+        assert!(size > 0);
+        for _ in 0..10 {
+            tx.send_to(&[1; 100], rx.local_addr().unwrap()).unwrap();
+        }
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 200];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 100);
+        let (used, _) = receive_queue(rx.as_raw_fd()).unwrap();
+        assert!(used >= 9 * 100, "nine datagrams queued: {used} bytes");
+        for _ in 0..9 {
+            rx.recv(&mut buf).unwrap();
+        }
+        assert_eq!(receive_queue(rx.as_raw_fd()).unwrap().0, 0);
+        assert_eq!(receive_queue(-1), None);
+    }
 
     #[test]
     fn addresses_round_trip_through_c() {

@@ -407,6 +407,12 @@ impl Admission {
         self.pending.load(Ordering::Acquire)
     }
 
+    /// A front-end refused `n` requests before admission (shed from its socket's queue): counted
+    /// with the refusals (`busy`).
+    pub fn note_refused(&self, n: u64) {
+        self.refused.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Requests refused so far.
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)

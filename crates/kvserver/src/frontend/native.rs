@@ -1,21 +1,104 @@
 //! The native UDP client protocol (`waverunner_kv::native`): one datagram per request and
 //! per reply. Invalid datagrams are counted and dropped (a reply to a forged source would be
 //! a reflection vector).
+//!
+//! Without a data plane the client port is the front-ends' event loop's ([`NativeLoop`],
+//! driven by [`super::tcp::Frontend`]: the replica loop itself by default). Datagrams are read
+//! in batches (`recvmmsg`) and submitted with no hand-off between threads, and the replies of
+//! one turn of the loop leave together (`sendmmsg`). With a data plane the data plane owns the
+//! port and passes up, on its own thread, the requests it does not order itself
+//! ([`Native::on_datagram`]).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
+use mio::{Interest, Registry, Token};
 use waverunner_kv::codec::encode_op;
+use waverunner_mmsg as mmsg;
 
 use crate::kvsm::response_of;
 use waverunner_kv::native::{self as proto, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 
+use waverunner_node::clients::{Propose, Wake};
 use waverunner_node::replica::{ClientError, Handle, Submit};
-use waverunner_node::stop::Stop;
 
-/// The native front-end: decodes request datagrams, submits them, and answers from the
-/// fast-path socket.
+/// Datagrams the loop reads per turn at most: the rest wait for the next turn (the loop does
+/// not sleep while the socket may hold more), so a flood cannot hold the loop off Raft.
+pub const READ_BUDGET: usize = 4 * mmsg::MAX_BATCH;
+
+/// The client port's receive buffer: a burst waits there while the loop drives Raft between
+/// its reads (the default, about 200 KiB, holds some 270 requests). Not more: it is the queue
+/// ahead of admission, and under overload a request that waited past its client's timeout is
+/// work for nothing (32 MiB, the fast path's, cost a third of the `off` goodput at twice the
+/// peak), so past it the kernel drops, which the client's timeout answers.
+pub const RECEIVE_BUFFER: libc::c_int = 1 << 20;
+
+/// Whether the socket's receive queue is at least half full.
+fn overloaded(fd: std::os::fd::RawFd) -> bool {
+    mmsg::receive_queue(fd).is_some_and(|(used, size)| used >= size / 2)
+}
+
+/// The request in datagram `pkt` from `peer` as a submission whose reply goes to `send`, or
+/// `None` (counted as a client error) if it is not a client's valid request.
+fn request(
+    pkt: &[u8],
+    peer: SocketAddr,
+    self_id: u64,
+    handle: &Handle,
+    send: Box<dyn FnOnce(Vec<u8>) + Send>,
+) -> Option<Submit> {
+    let req = match proto::decode_request(pkt) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!("dropped a bad datagram from {peer}: {e}");
+            handle.client_error();
+            return None;
+        }
+    };
+    if req.origin != 0 {
+        // Replicas forward over TCP; a datagram naming an origin is not a client's.
+        tracing::debug!(
+            "dropped a datagram from {peer} naming origin {}",
+            req.origin
+        );
+        handle.client_error();
+        return None;
+    }
+    let mut command = Vec::new();
+    encode_op(&req.op, &mut command);
+    let (h, seq) = (handle.clone(), req.seq);
+    Some(Submit {
+        client: req.client,
+        seq: req.seq,
+        command,
+        decoded: Some(Box::new(req.op)),
+        reply: Box::new(move |r| {
+            let leader = h.leader();
+            let pkt = match r.map(response_of) {
+                Ok(Ok(resp)) => proto::encode_reply(self_id, seq, STATUS_OK, leader, Ok(&resp)),
+                Ok(Err(e)) => {
+                    let m = format!("undecodable result: {e}");
+                    proto::encode_reply(self_id, seq, STATUS_ERROR, leader, Err(&m))
+                }
+                Err(e) => {
+                    let status = match e {
+                        ClientError::Timeout | ClientError::ShuttingDown => STATUS_UNKNOWN,
+                        ClientError::OutOfMemory => STATUS_ERROR,
+                        _ => STATUS_RETRY,
+                    };
+                    proto::encode_reply(self_id, seq, status, leader, Err(&e.to_string()))
+                }
+            };
+            send(pkt);
+        }),
+    })
+}
+
+/// The requests a data plane passes up: decoded, submitted, and answered from the fast-path
+/// socket.
 pub struct Native {
     sock: Arc<UdpSocket>,
     handle: Handle,
@@ -34,69 +117,204 @@ impl Native {
 
     /// Handles one datagram from `peer`.
     pub fn on_datagram(&self, pkt: &[u8], peer: SocketAddr) {
-        let req = match proto::decode_request(pkt) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!("dropped a bad datagram from {peer}: {e}");
-                self.handle.client_error();
-                return;
-            }
-        };
-        if req.origin != 0 {
-            // Replicas forward over TCP; a datagram naming an origin is not a client's.
-            tracing::debug!(
-                "dropped a datagram from {peer} naming origin {}",
-                req.origin
-            );
-            self.handle.client_error();
-            return;
-        }
-        let mut command = Vec::new();
-        encode_op(&req.op, &mut command);
-        let (out, h, self_id) = (self.sock.clone(), self.handle.clone(), self.self_id);
-        let seq = req.seq;
-        self.handle.submit(Submit {
-            client: req.client,
-            seq: req.seq,
-            command,
-            decoded: Some(Box::new(req.op)),
-            reply: Box::new(move |r| {
-                let leader = h.leader();
-                let pkt = match r.map(response_of) {
-                    Ok(Ok(resp)) => proto::encode_reply(self_id, seq, STATUS_OK, leader, Ok(&resp)),
-                    Ok(Err(e)) => {
-                        let m = format!("undecodable result: {e}");
-                        proto::encode_reply(self_id, seq, STATUS_ERROR, leader, Err(&m))
-                    }
-                    Err(e) => {
-                        let status = match e {
-                            ClientError::Timeout | ClientError::ShuttingDown => STATUS_UNKNOWN,
-                            ClientError::OutOfMemory => STATUS_ERROR,
-                            _ => STATUS_RETRY,
-                        };
-                        proto::encode_reply(self_id, seq, status, leader, Err(&e.to_string()))
-                    }
-                };
-                let _ = out.send_to(&pkt, peer);
-            }),
+        let out = self.sock.clone();
+        let send = Box::new(move |p: Vec<u8>| {
+            let _ = out.send_to(&p, peer);
         });
+        if let Some(s) = request(pkt, peer, self.self_id, &self.handle, send) {
+            self.handle.submit(s);
+        }
     }
 }
 
-/// Serves datagrams on `sock` until `stop` (no data plane: the front-end owns the port).
-pub fn serve(sock: UdpSocket, handle: Handle, self_id: u64, stop: Arc<Stop>) {
-    let sock = Arc::new(sock);
-    let native = Native::new(sock.clone(), handle, self_id);
-    let mut buf = vec![0u8; 2048];
-    while !stop.is_set() {
-        // Sleeps until a datagram or the stop (the only reader: a readable socket does not
-        // block the receive).
-        if !stop.wait_readable(sock.as_raw_fd(), None) {
-            continue;
+/// Replies waiting for the loop's next turn. Bounded: one per request read and not yet
+/// answered, and the loop reads at most [`READ_BUDGET`] a turn while the replica admits a
+/// bounded number (`replica::MAX_ADMITTED`).
+struct Outbox {
+    replies: Mutex<Vec<(SocketAddr, Vec<u8>)>>,
+    /// Wakes the poll the front-end runs on.
+    wake: Wake,
+    /// The front-end looks before it sleeps: later replies do not write the eventfd.
+    woken: AtomicBool,
+}
+
+impl Outbox {
+    fn push(&self, to: SocketAddr, pkt: Vec<u8>) {
+        self.replies.lock().expect("native replies").push((to, pkt));
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            (self.wake)();
         }
-        let Ok((n, peer)) = sock.recv_from(&mut buf) else {
-            continue;
+    }
+}
+
+/// The native front-end on the client event loop (no data plane: it owns the client port).
+pub struct NativeLoop {
+    sock: mio::net::UdpSocket,
+    self_id: u64,
+    batch: mmsg::RecvBatch,
+    /// Set at registration.
+    state: Option<(Handle, Arc<Outbox>)>,
+    /// The socket may hold datagrams not read yet.
+    readable: bool,
+    /// Scratch for a flush (reused).
+    sending: Vec<(SocketAddr, Vec<u8>)>,
+    /// The busy replies' ration (`fp::busy_answer`'s state) and its clock's origin.
+    busy_tat: u64,
+    epoch: Instant,
+}
+
+impl NativeLoop {
+    /// The front-end of the client port `sock`.
+    pub fn new(sock: UdpSocket, self_id: u64) -> std::io::Result<NativeLoop> {
+        sock.set_nonblocking(true)?;
+        mmsg::set_buffer(sock.as_raw_fd(), mmsg::Buffer::Receive, RECEIVE_BUFFER);
+        Ok(NativeLoop {
+            sock: mio::net::UdpSocket::from_std(sock),
+            self_id,
+            batch: mmsg::RecvBatch::new(mmsg::MAX_BATCH, proto::MAX_DATAGRAM),
+            state: None,
+            readable: true,
+            sending: Vec::new(),
+            busy_tat: 0,
+            epoch: Instant::now(),
+        })
+    }
+
+    /// Registers the socket at `token`.
+    pub(super) fn register(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        handle: &Handle,
+        wake: Wake,
+    ) -> std::io::Result<()> {
+        registry.register(&mut self.sock, token, Interest::READABLE)?;
+        self.state = Some((
+            handle.clone(),
+            Arc::new(Outbox {
+                replies: Mutex::new(Vec::new()),
+                wake,
+                woken: AtomicBool::new(false),
+            }),
+        ));
+        Ok(())
+    }
+
+    /// The socket is readable.
+    pub(super) fn on_readable(&mut self) {
+        self.readable = true;
+    }
+
+    /// Sends the replies that came, reads and submits what arrived (at most
+    /// [`READ_BUDGET`]), and sends the replies that gave at once (busy, refused).
+    pub(super) fn turn(&mut self, to: &mut dyn Propose) {
+        let Some((handle, out)) = self.state.clone() else {
+            return;
         };
-        native.on_datagram(&buf[..n], peer);
+        self.flush(&out);
+        let fd = self.sock.as_raw_fd();
+        let mut read = 0;
+        while self.readable && read < READ_BUDGET {
+            let n = match self.batch.recv(fd, libc::MSG_DONTWAIT) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // An ICMP error queued on the socket (a client that went away): the next
+                    // receive goes on.
+                    tracing::debug!("native front-end: receive: {e}");
+                    continue;
+                }
+            };
+            read += n.max(1);
+            for i in 0..n {
+                let (src, pkt, truncated) = self.batch.get(i);
+                let Some(peer) = src else { continue };
+                if truncated {
+                    tracing::debug!("dropped an oversize datagram from {peer}");
+                    handle.client_error();
+                    continue;
+                }
+                let o = out.clone();
+                let send = Box::new(move |p: Vec<u8>| o.push(peer, p));
+                if let Some(s) = request(pkt, peer, self.self_id, &handle, send) {
+                    to.submit(s);
+                }
+            }
+        }
+        if self.readable && overloaded(fd) {
+            self.shed(fd, &handle, &out);
+        }
+        self.flush(&out);
+    }
+
+    /// Overload: the loop read its budget and the socket's queue is still half full. Requests
+    /// are refused as the data planes' leaders refuse them (`fp::busy_answer`): a busy reply
+    /// while the ration lasts ([`waverunner_fastpath::BUSY_BURST`] at once, then one every
+    /// [`waverunner_fastpath::BUSY_EVERY_NS`]); past it the kernel drops what does not fit, and
+    /// the client's timeout answers it. One batch is read only when a reply is granted.
+    fn shed(&mut self, fd: std::os::fd::RawFd, handle: &Handle, out: &Arc<Outbox>) {
+        let now = || self.epoch.elapsed().as_nanos() as u64;
+        if !waverunner_fastpath::busy_answer(now(), &mut self.busy_tat) {
+            return;
+        }
+        let Ok(n) = self.batch.recv(fd, libc::MSG_DONTWAIT) else {
+            return;
+        };
+        let mut granted = true;
+        for i in 0..n {
+            let (src, pkt, truncated) = self.batch.get(i);
+            let Some(peer) = src else { continue };
+            if i > 0 {
+                granted = waverunner_fastpath::busy_answer(now(), &mut self.busy_tat);
+            }
+            if !granted || truncated {
+                continue;
+            }
+            let o = out.clone();
+            let send = Box::new(move |p: Vec<u8>| o.push(peer, p));
+            if let Some(s) = request(pkt, peer, self.self_id, handle, send) {
+                (s.reply)(Err(ClientError::Busy));
+            }
+        }
+        handle.admission().note_refused(n as u64);
+    }
+
+    /// Sends every reply waiting, in order.
+    fn flush(&mut self, out: &Outbox) {
+        std::mem::swap(
+            &mut self.sending,
+            &mut *out.replies.lock().expect("native replies"),
+        );
+        if self.sending.is_empty() {
+            return;
+        }
+        let s = &self.sending;
+        mmsg::send_all(
+            self.sock.as_raw_fd(),
+            s.len(),
+            |i| (s[i].0, s[i].1.as_slice()),
+            |to, e| tracing::debug!("native front-end: reply to {to} failed: {e}"),
+        );
+        self.sending.clear();
+    }
+
+    /// The loop is about to sleep: false if replies wait or datagrams may (then it must not).
+    pub(super) fn idle(&self) -> bool {
+        if self.readable {
+            return false;
+        }
+        let Some((_, out)) = &self.state else {
+            return true;
+        };
+        out.woken.store(false, Ordering::SeqCst);
+        if out.replies.lock().expect("native replies").is_empty() {
+            return true;
+        }
+        out.woken.store(true, Ordering::SeqCst);
+        false
     }
 }

@@ -39,6 +39,7 @@ use waverunner_node::sm::{Answer, Decoded};
 use crate::kvsm::response_of;
 
 use super::memcache as memcache_fe;
+use super::native::NativeLoop;
 use super::resp as resp_fe;
 use super::{max_request, Limits, Protocol};
 
@@ -62,6 +63,8 @@ const READ_CHUNK: usize = 64 << 10;
 const PARKED_TICK: Duration = Duration::from_millis(2);
 
 const LISTENER0: usize = FIRST_TOKEN;
+/// The native client port's token ([`NativeLoop`]), below the connections'.
+const NATIVE: usize = 15;
 const CONN0: usize = 16;
 
 /// How to turn the store's response into the reply a command expects.
@@ -377,19 +380,25 @@ pub struct Listener {
     pub proto: Protocol,
 }
 
-/// The RESP and memcached front-ends: every connection of a replica on one event loop, the
-/// replica loop itself by default ([`waverunner_node::clients`]).
+/// The client front-ends: every RESP and memcached connection of a replica, and its native
+/// client port when no data plane owns it, on one event loop, the replica loop itself by
+/// default ([`waverunner_node::clients`]).
 pub struct Frontend {
     listeners: Vec<(TcpListener, Protocol)>,
+    native: Option<NativeLoop>,
     limits: Limits,
     /// Its state once registered on a poll.
     lp: Option<Loop>,
 }
 
 impl Frontend {
-    /// A front-end accepting on `listeners`.
-    pub fn new(listeners: Vec<Listener>, limits: Limits) -> io::Result<Frontend> {
-        assert!(listeners.len() <= CONN0 - LISTENER0);
+    /// A front-end accepting on `listeners` and serving `native`'s client port.
+    pub fn new(
+        listeners: Vec<Listener>,
+        native: Option<NativeLoop>,
+        limits: Limits,
+    ) -> io::Result<Frontend> {
+        assert!(listeners.len() <= NATIVE - LISTENER0);
         let mut ls = Vec::new();
         for l in listeners {
             l.socket.set_nonblocking(true)?;
@@ -397,6 +406,7 @@ impl Frontend {
         }
         Ok(Frontend {
             listeners: ls,
+            native,
             limits,
             lp: None,
         })
@@ -407,6 +417,9 @@ impl ClientLoop for Frontend {
     fn register(&mut self, registry: &Registry, handle: &Handle, wake: Wake) -> io::Result<()> {
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
             registry.register(l, Token(LISTENER0 + i), Interest::READABLE)?;
+        }
+        if let Some(n) = self.native.as_mut() {
+            n.register(registry, Token(NATIVE), handle, wake.clone())?;
         }
         let completions = Arc::new(Completions {
             done: Mutex::new(Vec::new()),
@@ -435,6 +448,11 @@ impl ClientLoop for Frontend {
             return;
         };
         match ev.token() {
+            Token(NATIVE) => {
+                if let Some(n) = self.native.as_mut() {
+                    n.on_readable();
+                }
+            }
             Token(t) if t < CONN0 => {
                 if let Some((l, proto)) = self.listeners.get_mut(t - LISTENER0) {
                     lp.accept(registry, l, *proto);
@@ -464,10 +482,14 @@ impl ClientLoop for Frontend {
         }
         // Everything this round of events made ready leaves together.
         lp.submit(to);
+        if let Some(n) = self.native.as_mut() {
+            n.turn(to);
+        }
     }
 
     fn idle(&mut self) -> bool {
         self.lp.as_ref().is_none_or(|lp| lp.completions.idle())
+            && self.native.as_ref().is_none_or(|n| n.idle())
     }
 
     fn timeout(&self) -> Option<Duration> {
