@@ -72,7 +72,8 @@ fn pipelines_are_answered_in_order_through_every_replica() {
 }
 
 /// The same pipelines with the front-end on a thread of its own (`client_loop = "thread"`),
-/// submitting through the replica loop's queue instead of proposing on the loop.
+/// submitting through the replica loop's queue instead of proposing on the loop; the native
+/// port (no data plane: the front-end's) is served there too.
 #[test]
 fn pipelines_are_answered_in_order_with_the_front_end_on_its_own_thread() {
     require_tool("redis-cli");
@@ -86,6 +87,13 @@ fn pipelines_are_answered_in_order_with_the_front_end_on_its_own_thread() {
     c.wait_leader(WAIT);
     for id in c.ids() {
         check_pipelines(c.redis_addr(id), &format!("t{id}"), 300);
+        let mut native = c.client_of(&[id]);
+        let key = format!("native-t{id}");
+        native.set(key.as_bytes(), b"x").expect("native set");
+        assert_eq!(
+            native.get(key.as_bytes()).expect("native get"),
+            Some(b"x".to_vec())
+        );
         let names = c.thread_names(id);
         assert!(names.iter().any(|n| n == "clients"), "{names:?}");
     }
