@@ -344,7 +344,10 @@ fn udp_three_replicas_blind_writes() {
     let lc = l.dp.counters();
     assert_eq!(lc.client_replies, N);
     assert_eq!(lc.handled, 3 * N, "requests and two acks each: {lc:?}");
-    assert_eq!(lc.dropped, 0, "the second ack of each entry is taken, not dropped");
+    assert_eq!(
+        lc.dropped, 0,
+        "the second ack of each entry is taken, not dropped"
+    );
     assert!(l.wakes.load(Ordering::Relaxed) > 0);
     for f in [&f2, &f3] {
         let c = f.dp.counters();
