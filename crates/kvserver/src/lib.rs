@@ -83,19 +83,18 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
     .into_iter()
     .filter_map(|(l, proto)| l.map(|socket| frontend::tcp::Listener { socket, proto }))
     .collect();
-    let native_loop = udp
-        .map(|sock| frontend::native::NativeLoop::new(sock, cfg.id))
-        .transpose()
-        .map_err(|e| StartError(format!("cannot set up the native front-end: {e}")))?;
-    let front_end: Option<Box<dyn waverunner_node::ClientLoop>> =
-        if listeners.is_empty() && native_loop.is_none() {
-            None
-        } else {
-            Some(Box::new(
-                frontend::tcp::Frontend::new(listeners, native_loop, limits)
-                    .map_err(|e| StartError(format!("cannot set up the client front-end: {e}")))?,
-            ))
-        };
+    // Native replies leave with the client loop's turns: from the port the loop reads without
+    // a data plane, from the data plane's socket (set below) for what it passes up.
+    let passed_up = frontend::native::Outbox::new();
+    let native_loop = match udp {
+        Some(sock) => frontend::native::NativeLoop::new(sock, cfg.id)
+            .map_err(|e| StartError(format!("cannot set up the native front-end: {e}")))?,
+        None => frontend::native::NativeLoop::replies_of(passed_up.clone(), cfg.id),
+    };
+    let front_end: Option<Box<dyn waverunner_node::ClientLoop>> = Some(Box::new(
+        frontend::tcp::Frontend::new(listeners, Some(native_loop), limits)
+            .map_err(|e| StartError(format!("cannot set up the client front-end: {e}")))?,
+    ));
     let mut ok = Vec::new();
     waverunner_kv::codec::encode_response(&waverunner_kv::Response::Ok, &mut ok);
     let clients = FastClients {
@@ -105,8 +104,9 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
     };
     let (running, dp_socket) = start_replica_with(cfg.clone(), KvMachine::default(), clients)?;
     if let Some(sock) = dp_socket {
+        passed_up.send_from(Arc::new(sock));
         let _ = native.set(frontend::native::Native::new(
-            Arc::new(sock),
+            passed_up,
             running.handle.clone(),
             cfg.id,
         ));

@@ -12,7 +12,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use mio::{Interest, Registry, Token};
@@ -97,19 +97,19 @@ fn request(
     })
 }
 
-/// The requests a data plane passes up: decoded, submitted, and answered from the fast-path
-/// socket.
+/// The requests a data plane passes up: decoded and submitted on the data plane's thread; their
+/// replies leave from the fast-path socket with the client loop's next turn ([`Outbox`]).
 pub struct Native {
-    sock: Arc<UdpSocket>,
+    out: Arc<Outbox>,
     handle: Handle,
     self_id: u64,
 }
 
 impl Native {
-    /// A front-end that replies through `sock`.
-    pub fn new(sock: Arc<UdpSocket>, handle: Handle, self_id: u64) -> Native {
+    /// A front-end whose replies go out through `out` (which knows the socket).
+    pub fn new(out: Arc<Outbox>, handle: Handle, self_id: u64) -> Native {
         Native {
-            sock,
+            out,
             handle,
             self_id,
         }
@@ -117,43 +117,91 @@ impl Native {
 
     /// Handles one datagram from `peer`.
     pub fn on_datagram(&self, pkt: &[u8], peer: SocketAddr) {
-        let out = self.sock.clone();
-        let send = Box::new(move |p: Vec<u8>| {
-            let _ = out.send_to(&p, peer);
-        });
+        let o = self.out.clone();
+        let send = Box::new(move |p: Vec<u8>| o.push(peer, p));
         if let Some(s) = request(pkt, peer, self.self_id, &self.handle, send) {
             self.handle.submit(s);
         }
     }
 }
 
-/// Replies waiting for the loop's next turn. Bounded: one per request read and not yet
-/// answered, and the loop reads at most [`READ_BUDGET`] a turn while the replica admits a
-/// bounded number (`replica::MAX_ADMITTED`).
-struct Outbox {
+/// Native replies waiting for the client loop's next turn, and the socket they leave from.
+/// Bounded: one per request submitted and not yet answered (the replica admits a bounded
+/// number, `replica::MAX_ADMITTED`), and the busy replies of one turn (the ration's burst).
+pub struct Outbox {
     replies: Mutex<Vec<(SocketAddr, Vec<u8>)>>,
-    /// Wakes the poll the front-end runs on.
-    wake: Wake,
+    /// The client port (the data plane's fast-path socket when one runs), set once.
+    sock: OnceLock<Arc<UdpSocket>>,
+    /// Wakes the poll the front-end runs on (set when it registers).
+    wake: OnceLock<Wake>,
     /// The front-end looks before it sleeps: later replies do not write the eventfd.
     woken: AtomicBool,
 }
 
 impl Outbox {
+    /// An empty outbox with no socket yet.
+    pub fn new() -> Arc<Outbox> {
+        Arc::new(Outbox {
+            replies: Mutex::new(Vec::new()),
+            sock: OnceLock::new(),
+            wake: OnceLock::new(),
+            woken: AtomicBool::new(false),
+        })
+    }
+
+    /// Replies leave from `sock` (the first socket set stays).
+    pub fn send_from(&self, sock: Arc<UdpSocket>) {
+        let _ = self.sock.set(sock);
+    }
+
     fn push(&self, to: SocketAddr, pkt: Vec<u8>) {
         self.replies.lock().expect("native replies").push((to, pkt));
         if !self.woken.swap(true, Ordering::AcqRel) {
-            (self.wake)();
+            if let Some(w) = self.wake.get() {
+                w();
+            }
         }
+    }
+
+    /// Sends every reply waiting, in order (one `sendmmsg` per 64), through `scratch`.
+    fn flush(&self, scratch: &mut Vec<(SocketAddr, Vec<u8>)>) {
+        let Some(sock) = self.sock.get() else {
+            return;
+        };
+        std::mem::swap(scratch, &mut *self.replies.lock().expect("native replies"));
+        if scratch.is_empty() {
+            return;
+        }
+        mmsg::send_all(
+            sock.as_raw_fd(),
+            scratch.len(),
+            |i| (scratch[i].0, scratch[i].1.as_slice()),
+            |to, e| tracing::debug!("native front-end: reply to {to} failed: {e}"),
+        );
+        scratch.clear();
+    }
+
+    /// The front-end is about to sleep: false if replies wait (then it must not).
+    fn idle(&self) -> bool {
+        self.woken.store(false, Ordering::SeqCst);
+        if self.replies.lock().expect("native replies").is_empty() {
+            return true;
+        }
+        self.woken.store(true, Ordering::SeqCst);
+        false
     }
 }
 
-/// The native front-end on the client event loop (no data plane: it owns the client port).
+/// The native front-end on the client event loop: without a data plane it owns the client
+/// port and reads it; with one it sends the replies to what the data plane passed up.
 pub struct NativeLoop {
-    sock: mio::net::UdpSocket,
+    /// The client port, when it is the front-end's (no data plane).
+    sock: Option<mio::net::UdpSocket>,
+    out: Arc<Outbox>,
     self_id: u64,
     batch: mmsg::RecvBatch,
     /// Set at registration.
-    state: Option<(Handle, Arc<Outbox>)>,
+    handle: Option<Handle>,
     /// The socket may hold datagrams not read yet.
     readable: bool,
     /// Scratch for a flush (reused).
@@ -164,23 +212,35 @@ pub struct NativeLoop {
 }
 
 impl NativeLoop {
-    /// The front-end of the client port `sock`.
+    /// The front-end of the client port `sock` (no data plane).
     pub fn new(sock: UdpSocket, self_id: u64) -> std::io::Result<NativeLoop> {
         sock.set_nonblocking(true)?;
         mmsg::set_buffer(sock.as_raw_fd(), mmsg::Buffer::Receive, RECEIVE_BUFFER);
-        Ok(NativeLoop {
-            sock: mio::net::UdpSocket::from_std(sock),
+        let out = Outbox::new();
+        out.send_from(Arc::new(sock.try_clone()?));
+        let mut n = NativeLoop::replies_of(out, self_id);
+        n.sock = Some(mio::net::UdpSocket::from_std(sock));
+        n.readable = true;
+        Ok(n)
+    }
+
+    /// The front-end that sends the replies in `out` (a data plane owns the client port and
+    /// passes requests up to [`Native`]).
+    pub fn replies_of(out: Arc<Outbox>, self_id: u64) -> NativeLoop {
+        NativeLoop {
+            sock: None,
+            out,
             self_id,
             batch: mmsg::RecvBatch::new(mmsg::MAX_BATCH, proto::MAX_DATAGRAM),
-            state: None,
-            readable: true,
+            handle: None,
+            readable: false,
             sending: Vec::new(),
             busy_tat: 0,
             epoch: Instant::now(),
-        })
+        }
     }
 
-    /// Registers the socket at `token`.
+    /// Registers the socket, if it reads one, at `token`.
     pub(super) fn register(
         &mut self,
         registry: &Registry,
@@ -188,15 +248,11 @@ impl NativeLoop {
         handle: &Handle,
         wake: Wake,
     ) -> std::io::Result<()> {
-        registry.register(&mut self.sock, token, Interest::READABLE)?;
-        self.state = Some((
-            handle.clone(),
-            Arc::new(Outbox {
-                replies: Mutex::new(Vec::new()),
-                wake,
-                woken: AtomicBool::new(false),
-            }),
-        ));
+        if let Some(s) = self.sock.as_mut() {
+            registry.register(s, token, Interest::READABLE)?;
+        }
+        let _ = self.out.wake.set(wake);
+        self.handle = Some(handle.clone());
         Ok(())
     }
 
@@ -208,11 +264,11 @@ impl NativeLoop {
     /// Sends the replies that came, reads and submits what arrived (at most
     /// [`READ_BUDGET`]), and sends the replies that gave at once (busy, refused).
     pub(super) fn turn(&mut self, to: &mut dyn Propose) {
-        let Some((handle, out)) = self.state.clone() else {
+        self.out.flush(&mut self.sending);
+        let (Some(sock), Some(handle)) = (self.sock.as_ref(), self.handle.clone()) else {
             return;
         };
-        self.flush(&out);
-        let fd = self.sock.as_raw_fd();
+        let fd = sock.as_raw_fd();
         let mut read = 0;
         while self.readable && read < READ_BUDGET {
             let n = match self.batch.recv(fd, libc::MSG_DONTWAIT) {
@@ -238,7 +294,7 @@ impl NativeLoop {
                     handle.client_error();
                     continue;
                 }
-                let o = out.clone();
+                let o = self.out.clone();
                 let send = Box::new(move |p: Vec<u8>| o.push(peer, p));
                 if let Some(s) = request(pkt, peer, self.self_id, &handle, send) {
                     to.submit(s);
@@ -246,9 +302,9 @@ impl NativeLoop {
             }
         }
         if self.readable && overloaded(fd) {
-            self.shed(fd, &handle, &out);
+            self.shed(fd, &handle);
         }
-        self.flush(&out);
+        self.out.flush(&mut self.sending);
     }
 
     /// Overload: the loop read its budget and the socket's queue is still half full. Requests
@@ -256,7 +312,7 @@ impl NativeLoop {
     /// while the ration lasts ([`waverunner_fastpath::BUSY_BURST`] at once, then one every
     /// [`waverunner_fastpath::BUSY_EVERY_NS`]); past it the kernel drops what does not fit, and
     /// the client's timeout answers it. One batch is read only when a reply is granted.
-    fn shed(&mut self, fd: std::os::fd::RawFd, handle: &Handle, out: &Arc<Outbox>) {
+    fn shed(&mut self, fd: std::os::fd::RawFd, handle: &Handle) {
         let now = || self.epoch.elapsed().as_nanos() as u64;
         if !waverunner_fastpath::busy_answer(now(), &mut self.busy_tat) {
             return;
@@ -274,7 +330,7 @@ impl NativeLoop {
             if !granted || truncated {
                 continue;
             }
-            let o = out.clone();
+            let o = self.out.clone();
             let send = Box::new(move |p: Vec<u8>| o.push(peer, p));
             if let Some(s) = request(pkt, peer, self.self_id, handle, send) {
                 (s.reply)(Err(ClientError::Busy));
@@ -283,38 +339,8 @@ impl NativeLoop {
         handle.admission().note_refused(n as u64);
     }
 
-    /// Sends every reply waiting, in order.
-    fn flush(&mut self, out: &Outbox) {
-        std::mem::swap(
-            &mut self.sending,
-            &mut *out.replies.lock().expect("native replies"),
-        );
-        if self.sending.is_empty() {
-            return;
-        }
-        let s = &self.sending;
-        mmsg::send_all(
-            self.sock.as_raw_fd(),
-            s.len(),
-            |i| (s[i].0, s[i].1.as_slice()),
-            |to, e| tracing::debug!("native front-end: reply to {to} failed: {e}"),
-        );
-        self.sending.clear();
-    }
-
     /// The loop is about to sleep: false if replies wait or datagrams may (then it must not).
     pub(super) fn idle(&self) -> bool {
-        if self.readable {
-            return false;
-        }
-        let Some((_, out)) = &self.state else {
-            return true;
-        };
-        out.woken.store(false, Ordering::SeqCst);
-        if out.replies.lock().expect("native replies").is_empty() {
-            return true;
-        }
-        out.woken.store(true, Ordering::SeqCst);
-        false
+        !self.readable && self.out.idle()
     }
 }

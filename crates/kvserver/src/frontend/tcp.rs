@@ -381,8 +381,9 @@ pub struct Listener {
 }
 
 /// The client front-ends: every RESP and memcached connection of a replica, and its native
-/// client port when no data plane owns it, on one event loop, the replica loop itself by
-/// default ([`waverunner_node::clients`]).
+/// clients (the port itself when no data plane owns it, else the replies to what the data plane
+/// passes up), on one event loop, the replica loop itself by default
+/// ([`waverunner_node::clients`]).
 pub struct Frontend {
     listeners: Vec<(TcpListener, Protocol)>,
     native: Option<NativeLoop>,
