@@ -9,7 +9,11 @@ mod resp;
 mod stats;
 pub mod tcp;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
 use waverunner_kv::Op;
+use waverunner_node::clients::Wake;
 
 use waverunner_node::config::{DataPlaneKind, NodeConfig};
 
@@ -68,4 +72,56 @@ pub(super) fn with_limits(mut op: Op, limits: Limits) -> Op {
 /// Bytes one RESP request may take: a few values of the largest size.
 pub(super) fn max_request(limits: Limits) -> usize {
     (4 * limits.max_value).max(8 << 20)
+}
+
+/// Where the replica loop leaves what the front-ends' event loop takes at its next turn (TCP
+/// answers, native replies). Its bound is its users'.
+pub(crate) struct Mailbox<T> {
+    items: Mutex<Vec<T>>,
+    /// Wakes the poll the front-end runs on (set when it registers).
+    wake: OnceLock<Wake>,
+    /// The front-end looks before it sleeps: later items do not write the eventfd. Only a
+    /// front-end on a thread of its own sleeps apart from the replica loop, and only then is
+    /// its eventfd written.
+    woken: AtomicBool,
+}
+
+impl<T> Mailbox<T> {
+    pub(crate) fn new() -> Mailbox<T> {
+        Mailbox {
+            items: Mutex::new(Vec::new()),
+            wake: OnceLock::new(),
+            woken: AtomicBool::new(false),
+        }
+    }
+
+    /// The front-end's poll is woken by `wake` (the first one set stays).
+    pub(crate) fn wake_with(&self, wake: Wake) {
+        let _ = self.wake.set(wake);
+    }
+
+    pub(crate) fn push(&self, t: T) {
+        self.items.lock().expect("mailbox").push(t);
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            if let Some(w) = self.wake.get() {
+                w();
+            }
+        }
+    }
+
+    /// Moves what is there into `out` (empty before; its buffer is reused).
+    pub(crate) fn take_into(&self, out: &mut Vec<T>) {
+        debug_assert!(out.is_empty());
+        std::mem::swap(out, &mut *self.items.lock().expect("mailbox"));
+    }
+
+    /// The front-end is about to sleep: false if items wait (then it must not).
+    pub(crate) fn idle(&self) -> bool {
+        self.woken.store(false, Ordering::SeqCst);
+        if self.items.lock().expect("mailbox").is_empty() {
+            return true;
+        }
+        self.woken.store(true, Ordering::SeqCst);
+        false
+    }
 }

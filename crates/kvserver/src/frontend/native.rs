@@ -11,14 +11,14 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use mio::{Interest, Registry, Token};
 use waverunner_kv::codec::encode_op;
 use waverunner_mmsg as mmsg;
 
+use super::Mailbox;
 use crate::kvsm::response_of;
 use waverunner_kv::native::{self as proto, STATUS_ERROR, STATUS_OK, STATUS_RETRY, STATUS_UNKNOWN};
 
@@ -129,23 +129,17 @@ impl Native {
 /// Bounded: one per request submitted and not yet answered (the replica admits a bounded
 /// number, `replica::MAX_ADMITTED`), and the busy replies of one turn (the ration's burst).
 pub struct Outbox {
-    replies: Mutex<Vec<(SocketAddr, Vec<u8>)>>,
+    replies: Mailbox<(SocketAddr, Vec<u8>)>,
     /// The client port (the data plane's fast-path socket when one runs), set once.
     sock: OnceLock<Arc<UdpSocket>>,
-    /// Wakes the poll the front-end runs on (set when it registers).
-    wake: OnceLock<Wake>,
-    /// The front-end looks before it sleeps: later replies do not write the eventfd.
-    woken: AtomicBool,
 }
 
 impl Outbox {
     /// An empty outbox with no socket yet.
     pub fn new() -> Arc<Outbox> {
         Arc::new(Outbox {
-            replies: Mutex::new(Vec::new()),
+            replies: Mailbox::new(),
             sock: OnceLock::new(),
-            wake: OnceLock::new(),
-            woken: AtomicBool::new(false),
         })
     }
 
@@ -155,12 +149,7 @@ impl Outbox {
     }
 
     fn push(&self, to: SocketAddr, pkt: Vec<u8>) {
-        self.replies.lock().expect("native replies").push((to, pkt));
-        if !self.woken.swap(true, Ordering::AcqRel) {
-            if let Some(w) = self.wake.get() {
-                w();
-            }
-        }
+        self.replies.push((to, pkt));
     }
 
     /// Sends every reply waiting, in order (one `sendmmsg` per 64), through `scratch`.
@@ -168,7 +157,7 @@ impl Outbox {
         let Some(sock) = self.sock.get() else {
             return;
         };
-        std::mem::swap(scratch, &mut *self.replies.lock().expect("native replies"));
+        self.replies.take_into(scratch);
         if scratch.is_empty() {
             return;
         }
@@ -179,16 +168,6 @@ impl Outbox {
             |to, e| tracing::debug!("native front-end: reply to {to} failed: {e}"),
         );
         scratch.clear();
-    }
-
-    /// The front-end is about to sleep: false if replies wait (then it must not).
-    fn idle(&self) -> bool {
-        self.woken.store(false, Ordering::SeqCst);
-        if self.replies.lock().expect("native replies").is_empty() {
-            return true;
-        }
-        self.woken.store(true, Ordering::SeqCst);
-        false
     }
 }
 
@@ -251,7 +230,7 @@ impl NativeLoop {
         if let Some(s) = self.sock.as_mut() {
             registry.register(s, token, Interest::READABLE)?;
         }
-        let _ = self.out.wake.set(wake);
+        self.out.replies.wake_with(wake);
         self.handle = Some(handle.clone());
         Ok(())
     }
@@ -341,6 +320,6 @@ impl NativeLoop {
 
     /// The loop is about to sleep: false if replies wait or datagrams may (then it must not).
     pub(super) fn idle(&self) -> bool {
-        !self.readable && self.out.idle()
+        !self.readable && self.out.replies.idle()
     }
 }

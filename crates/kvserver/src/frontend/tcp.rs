@@ -23,8 +23,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
@@ -41,7 +40,7 @@ use crate::kvsm::response_of;
 use super::memcache as memcache_fe;
 use super::native::NativeLoop;
 use super::resp as resp_fe;
-use super::{max_request, Limits, Protocol};
+use super::{max_request, Limits, Mailbox, Protocol};
 
 /// Commands of one connection submitted and not answered yet, at most. A client pipelining
 /// more waits (its socket is not read) until answers drain.
@@ -339,38 +338,7 @@ struct Done {
 /// Where the replica loop leaves answers; the front-end takes them in [`ClientLoop::turn`].
 /// Bounded: a connection has at most one command in flight, so at most one answer per open
 /// connection waits here (`max_connections` per listener).
-struct Completions {
-    done: Mutex<Vec<Done>>,
-    /// Wakes the poll the front-end runs on.
-    wake: Wake,
-    /// The front-end looks before it sleeps: later answers do not write the eventfd. Only a
-    /// front-end on a thread of its own sleeps apart from the replica loop, and only then is
-    /// its eventfd written.
-    woken: AtomicBool,
-}
-
-impl Completions {
-    fn push(&self, d: Done) {
-        self.done.lock().expect("completions").push(d);
-        if !self.woken.swap(true, Ordering::AcqRel) {
-            (self.wake)();
-        }
-    }
-
-    fn take(&self) -> Vec<Done> {
-        std::mem::take(&mut *self.done.lock().expect("completions"))
-    }
-
-    /// The front-end is about to sleep: false if answers wait (then it must not).
-    fn idle(&self) -> bool {
-        self.woken.store(false, Ordering::SeqCst);
-        if self.done.lock().expect("completions").is_empty() {
-            return true;
-        }
-        self.woken.store(true, Ordering::SeqCst);
-        false
-    }
-}
+type Completions = Mailbox<Done>;
 
 /// The listeners the loop accepts on.
 pub struct Listener {
@@ -422,11 +390,8 @@ impl ClientLoop for Frontend {
         if let Some(n) = self.native.as_mut() {
             n.register(registry, Token(NATIVE), handle, wake.clone())?;
         }
-        let completions = Arc::new(Completions {
-            done: Mutex::new(Vec::new()),
-            wake,
-            woken: AtomicBool::new(false),
-        });
+        let completions = Arc::new(Completions::new());
+        completions.wake_with(wake);
         self.lp = Some(Loop {
             conns: Vec::new(),
             submitters: Vec::new(),
@@ -653,7 +618,9 @@ impl Loop {
 
     fn on_completions(&mut self) {
         let mut touched = Vec::new();
-        for d in self.completions.take() {
+        let mut done = Vec::new();
+        self.completions.take_into(&mut done);
+        for d in done {
             let n: usize = d.parts.iter().map(|p| p.seqs.len()).sum();
             let mut results = results_of(d.result, n).into_iter();
             for part in d.parts {
