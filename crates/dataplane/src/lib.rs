@@ -245,7 +245,7 @@ pub trait DataPlane: Send {
 
     /// Sends several UDP payloads as [`DataPlane::send_to`] does each, in order (`xdp`, `udp`:
     /// one `sendmmsg` per 64); returns how many went. One that cannot go is skipped.
-    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+    fn send_many(&self, pkts: &[(SocketAddr, Vec<u8>)]) -> usize {
         pkts.iter()
             .filter(|(to, p)| self.send_to(p, *to).is_ok())
             .count()
@@ -334,7 +334,7 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
         (**self).send_to(pkt, to)
     }
-    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+    fn send_many(&self, pkts: &[(SocketAddr, Vec<u8>)]) -> usize {
         (**self).send_many(pkts)
     }
     fn registers(&self) -> fp::Registers {
@@ -399,12 +399,12 @@ pub(crate) fn set_socket_buffers(fd: RawFd) {
 }
 
 /// [`DataPlane::send_many`] from a data plane's fast-path socket (`mmsg::send_all`).
-fn send_many_from(sock: &std::net::UdpSocket, pkts: &[(SocketAddr, &[u8])]) -> usize {
+fn send_many_from(sock: &std::net::UdpSocket, pkts: &[(SocketAddr, Vec<u8>)]) -> usize {
     use std::os::fd::AsRawFd;
     waverunner_mmsg::send_all(
         sock.as_raw_fd(),
         pkts.len(),
-        |i| pkts[i],
+        |i| (pkts[i].0, pkts[i].1.as_slice()),
         |to, e| tracing::debug!("data plane: send to {to} failed: {e}"),
     )
 }
@@ -456,7 +456,7 @@ mod tests {
         fn send_to(&self, _: &[u8], _: SocketAddr) -> io::Result<()> {
             Ok(())
         }
-        fn send_many(&self, _: &[(SocketAddr, &[u8])]) -> usize {
+        fn send_many(&self, _: &[(SocketAddr, Vec<u8>)]) -> usize {
             self.mark();
             7
         }

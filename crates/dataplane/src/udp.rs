@@ -333,7 +333,7 @@ impl DataPlane for UdpDataPlane {
         send_one(&self.sock, pkt, to)
     }
 
-    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+    fn send_many(&self, pkts: &[(SocketAddr, Vec<u8>)]) -> usize {
         crate::send_many_from(&self.sock, pkts)
     }
 

@@ -1137,7 +1137,7 @@ impl DataPlane for XdpDataPlane {
         self.socket.send_to(pkt, to).map(|_| ())
     }
 
-    fn send_many(&self, pkts: &[(SocketAddr, &[u8])]) -> usize {
+    fn send_many(&self, pkts: &[(SocketAddr, Vec<u8>)]) -> usize {
         crate::send_many_from(&self.socket, pkts)
     }
 

@@ -969,9 +969,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
         if self.replies.is_empty() {
             return 0;
         }
-        let pkts: Vec<(SocketAddr, &[u8])> =
-            self.replies.iter().map(|(to, p)| (*to, &p[..])).collect();
-        let sent = self.plane.send_many(&pkts);
+        let sent = self.plane.send_many(&self.replies);
         debug_assert!(sent <= self.replies.len());
         self.stats.host_replies += sent as u64;
         self.replies.clear();

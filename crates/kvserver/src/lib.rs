@@ -85,14 +85,11 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
     .collect();
     // Native replies leave with the client loop's turns: from the port the loop reads without
     // a data plane, from the data plane's socket (set below) for what it passes up.
-    let passed_up = frontend::native::Outbox::new();
-    let native_loop = match udp {
-        Some(sock) => frontend::native::NativeLoop::new(sock, cfg.id)
-            .map_err(|e| StartError(format!("cannot set up the native front-end: {e}")))?,
-        None => frontend::native::NativeLoop::replies_of(passed_up.clone(), cfg.id),
-    };
+    let native_loop = frontend::native::NativeLoop::new(udp, cfg.id)
+        .map_err(|e| StartError(format!("cannot set up the native front-end: {e}")))?;
+    let passed_up = native_loop.outbox();
     let front_end: Option<Box<dyn waverunner_node::ClientLoop>> = Some(Box::new(
-        frontend::tcp::Frontend::new(listeners, Some(native_loop), limits)
+        frontend::tcp::Frontend::new(listeners, native_loop, limits)
             .map_err(|e| StartError(format!("cannot set up the client front-end: {e}")))?,
     ));
     let mut ok = Vec::new();

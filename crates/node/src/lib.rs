@@ -99,11 +99,6 @@ impl Running {
         }
     }
 
-    /// The flag that stops the replica (and that the application's threads wait on).
-    pub fn stop_flag(&self) -> Arc<Stop> {
-        self.stop.clone()
-    }
-
     /// Whether the replica loop is still running.
     pub fn is_running(&self) -> bool {
         self.core.as_ref().is_some_and(|h| !h.is_finished())

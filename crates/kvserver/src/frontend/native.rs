@@ -83,18 +83,21 @@ fn request(
                     let m = format!("undecodable result: {e}");
                     proto::encode_reply(self_id, seq, STATUS_ERROR, leader, Err(&m))
                 }
-                Err(e) => {
-                    let status = match e {
-                        ClientError::Timeout | ClientError::ShuttingDown => STATUS_UNKNOWN,
-                        ClientError::OutOfMemory => STATUS_ERROR,
-                        _ => STATUS_RETRY,
-                    };
-                    proto::encode_reply(self_id, seq, status, leader, Err(&e.to_string()))
-                }
+                Err(e) => error_reply(self_id, seq, leader, &e),
             };
             send(pkt);
         }),
     })
+}
+
+/// The reply to request `seq` that failed with `e`: unknown outcome, error, or retry.
+fn error_reply(self_id: u64, seq: u64, leader: u64, e: &ClientError) -> Vec<u8> {
+    let status = match e {
+        ClientError::Timeout | ClientError::ShuttingDown => STATUS_UNKNOWN,
+        ClientError::OutOfMemory => STATUS_ERROR,
+        _ => STATUS_RETRY,
+    };
+    proto::encode_reply(self_id, seq, status, leader, Err(&e.to_string()))
 }
 
 /// The requests a data plane passes up: decoded and submitted on the data plane's thread; their
@@ -191,32 +194,36 @@ pub struct NativeLoop {
 }
 
 impl NativeLoop {
-    /// The front-end of the client port `sock` (no data plane).
-    pub fn new(sock: UdpSocket, self_id: u64) -> std::io::Result<NativeLoop> {
-        sock.set_nonblocking(true)?;
-        mmsg::set_buffer(sock.as_raw_fd(), mmsg::Buffer::Receive, RECEIVE_BUFFER);
+    /// The native front-end: of the client port `sock` when it is the front-end's (no data
+    /// plane), else of the replies to what a data plane passes up ([`NativeLoop::outbox`]).
+    pub fn new(sock: Option<UdpSocket>, self_id: u64) -> std::io::Result<NativeLoop> {
         let out = Outbox::new();
-        out.send_from(Arc::new(sock.try_clone()?));
-        let mut n = NativeLoop::replies_of(out, self_id);
-        n.sock = Some(mio::net::UdpSocket::from_std(sock));
-        n.readable = true;
-        Ok(n)
-    }
-
-    /// The front-end that sends the replies in `out` (a data plane owns the client port and
-    /// passes requests up to [`Native`]).
-    pub fn replies_of(out: Arc<Outbox>, self_id: u64) -> NativeLoop {
-        NativeLoop {
-            sock: None,
+        let sock = match sock {
+            Some(sock) => {
+                sock.set_nonblocking(true)?;
+                mmsg::set_buffer(sock.as_raw_fd(), mmsg::Buffer::Receive, RECEIVE_BUFFER);
+                out.send_from(Arc::new(sock.try_clone()?));
+                Some(mio::net::UdpSocket::from_std(sock))
+            }
+            None => None,
+        };
+        Ok(NativeLoop {
+            readable: sock.is_some(),
+            sock,
             out,
             self_id,
             batch: mmsg::RecvBatch::new(mmsg::MAX_BATCH, proto::MAX_DATAGRAM),
             handle: None,
-            readable: false,
             sending: Vec::new(),
             busy_tat: 0,
             epoch: Instant::now(),
-        }
+        })
+    }
+
+    /// Where the replies to [`Native`]'s requests go (a data plane owns the port; its socket is
+    /// set with [`Outbox::send_from`]).
+    pub fn outbox(&self) -> Arc<Outbox> {
+        self.out.clone()
     }
 
     /// Registers the socket, if it reads one, at `token`.
@@ -290,7 +297,8 @@ impl NativeLoop {
     /// are refused as the data planes' leaders refuse them (`fp::busy_answer`): a busy reply
     /// while the ration lasts ([`waverunner_fastpath::BUSY_BURST`] at once, then one every
     /// [`waverunner_fastpath::BUSY_EVERY_NS`]); past it the kernel drops what does not fit, and
-    /// the client's timeout answers it. One batch is read only when a reply is granted.
+    /// the client's timeout answers it. One batch is read only when a reply is granted, and a
+    /// refused request is read only as far as its header (as the data planes refuse it).
     fn shed(&mut self, fd: std::os::fd::RawFd, handle: &Handle) {
         let now = || self.epoch.elapsed().as_nanos() as u64;
         if !waverunner_fastpath::busy_answer(now(), &mut self.busy_tat) {
@@ -299,20 +307,22 @@ impl NativeLoop {
         let Ok(n) = self.batch.recv(fd, libc::MSG_DONTWAIT) else {
             return;
         };
+        let leader = handle.leader();
         let mut granted = true;
         for i in 0..n {
-            let (src, pkt, truncated) = self.batch.get(i);
-            let Some(peer) = src else { continue };
             if i > 0 {
                 granted = waverunner_fastpath::busy_answer(now(), &mut self.busy_tat);
             }
-            if !granted || truncated {
-                continue;
-            }
-            let o = self.out.clone();
-            let send = Box::new(move |p: Vec<u8>| o.push(peer, p));
-            if let Some(s) = request(pkt, peer, self.self_id, handle, send) {
-                (s.reply)(Err(ClientError::Busy));
+            let (src, pkt, truncated) = self.batch.get(i);
+            match (src, waverunner_fastpath::Header::decode(pkt)) {
+                (Some(peer), Ok((h, _)))
+                    if granted && !truncated && h.kind == waverunner_fastpath::CLIENT_REQUEST =>
+                {
+                    let busy = error_reply(self.self_id, h.seq, leader, &ClientError::Busy);
+                    self.out.push(peer, busy);
+                }
+                (_, Err(_)) => handle.client_error(),
+                _ => {}
             }
         }
         handle.admission().note_refused(n as u64);

@@ -63,7 +63,7 @@ const PARKED_TICK: Duration = Duration::from_millis(2);
 
 const LISTENER0: usize = FIRST_TOKEN;
 /// The native client port's token ([`NativeLoop`]), below the connections'.
-const NATIVE: usize = 15;
+const NATIVE: usize = CONN0 - 1;
 const CONN0: usize = 16;
 
 /// How to turn the store's response into the reply a command expects.
@@ -354,7 +354,7 @@ pub struct Listener {
 /// ([`waverunner_node::clients`]).
 pub struct Frontend {
     listeners: Vec<(TcpListener, Protocol)>,
-    native: Option<NativeLoop>,
+    native: NativeLoop,
     limits: Limits,
     /// Its state once registered on a poll.
     lp: Option<Loop>,
@@ -364,7 +364,7 @@ impl Frontend {
     /// A front-end accepting on `listeners` and serving `native`'s client port.
     pub fn new(
         listeners: Vec<Listener>,
-        native: Option<NativeLoop>,
+        native: NativeLoop,
         limits: Limits,
     ) -> io::Result<Frontend> {
         assert!(listeners.len() <= NATIVE - LISTENER0);
@@ -387,9 +387,8 @@ impl ClientLoop for Frontend {
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
             registry.register(l, Token(LISTENER0 + i), Interest::READABLE)?;
         }
-        if let Some(n) = self.native.as_mut() {
-            n.register(registry, Token(NATIVE), handle, wake.clone())?;
-        }
+        self.native
+            .register(registry, Token(NATIVE), handle, wake.clone())?;
         let completions = Arc::new(Completions::new());
         completions.wake_with(wake);
         self.lp = Some(Loop {
@@ -414,11 +413,7 @@ impl ClientLoop for Frontend {
             return;
         };
         match ev.token() {
-            Token(NATIVE) => {
-                if let Some(n) = self.native.as_mut() {
-                    n.on_readable();
-                }
-            }
+            Token(NATIVE) => self.native.on_readable(),
             Token(t) if t < CONN0 => {
                 if let Some((l, proto)) = self.listeners.get_mut(t - LISTENER0) {
                     lp.accept(registry, l, *proto);
@@ -448,14 +443,11 @@ impl ClientLoop for Frontend {
         }
         // Everything this round of events made ready leaves together.
         lp.submit(to);
-        if let Some(n) = self.native.as_mut() {
-            n.turn(to);
-        }
+        self.native.turn(to);
     }
 
     fn idle(&mut self) -> bool {
-        self.lp.as_ref().is_none_or(|lp| lp.completions.idle())
-            && self.native.as_ref().is_none_or(|n| n.idle())
+        self.lp.as_ref().is_none_or(|lp| lp.completions.idle()) && self.native.idle()
     }
 
     fn timeout(&self) -> Option<Duration> {
