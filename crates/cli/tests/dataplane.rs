@@ -691,6 +691,35 @@ fn netns_cluster(dataplane: &str) {
         assert_eq!(k, want[i % want.len()], "replica {id}: {kinds:?}");
     }
     serve_everything(&dir, true);
+    // An `xdp` replica's loop reads what the program passes up itself: no thread between the
+    // fast-path socket and Raft (issue 13, part 2).
+    let n = up_nodes(&dir);
+    for (i, &pid) in n.pids.iter().enumerate() {
+        let threads = thread_names(pid);
+        let xdp = kinds[&n.ids[i]] == "xdp";
+        assert!(
+            !threads.iter().any(|t| t == "xdp-host"),
+            "replica {} ({}) reads its fast-path socket on a thread of its own: {threads:?}",
+            n.ids[i],
+            kinds[&n.ids[i]]
+        );
+        if xdp {
+            assert!(
+                threads.iter().any(|t| t == "xdp-ring"),
+                "replica {}: the xdp data plane's threads are not where they were looked for: {threads:?}",
+                n.ids[i]
+            );
+        }
+    }
+}
+
+/// The names of process `pid`'s threads.
+fn thread_names(pid: libc::pid_t) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task");
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
 }
 
 #[test]

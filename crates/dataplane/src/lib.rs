@@ -188,7 +188,12 @@ pub struct Hooks {
     pub wake: Arc<dyn Fn() + Send + Sync>,
     /// A packet on the fast-path port for the host: the handler passed it up (`TO_HOST`), the
     /// data plane was disabled, or it is not a valid fast-path packet. (source, UDP payload).
-    pub host_packet: PacketFn,
+    ///
+    /// `None`: the host reads those packets from [`DataPlane::socket`] itself (on its event
+    /// loop, with no thread between). Only a data plane that passes packets up through that
+    /// socket (`xdp`) allows it; the `udp` data plane's thread is the handler and needs a
+    /// callback.
+    pub host_packet: Option<PacketFn>,
 }
 
 /// A data plane as the replica drives it (DESIGN §3; the hand-off is `docs/handoff.md`).

@@ -170,6 +170,12 @@ impl UdpDataPlane {
     /// the bind IP), and spawns the data-plane thread. The data plane starts disabled: every
     /// packet goes to `hooks.host_packet` until [`DataPlane::enable`].
     pub fn open(cfg: &Config, hooks: Hooks) -> io::Result<UdpDataPlane> {
+        let Some(host_packet) = hooks.host_packet.clone() else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the udp data plane's thread is its handler: it needs a host_packet callback",
+            ));
+        };
         let sock = UdpSocket::bind(cfg.bind)?;
         sock.set_nonblocking(true)?;
         crate::set_socket_buffers(sock.as_raw_fd());
@@ -215,6 +221,7 @@ impl UdpDataPlane {
             cfg: cfg.clone(),
             local,
             hooks,
+            host_packet,
             shared: shared.clone(),
             sock: sock.clone(),
             mcast,
@@ -504,6 +511,8 @@ struct Worker {
     cfg: Config,
     local: SocketAddrV4,
     hooks: Hooks,
+    /// `hooks.host_packet` (this data plane requires one).
+    host_packet: crate::PacketFn,
     shared: Arc<Shared>,
     sock: Arc<UdpSocket>,
     mcast: Option<UdpSocket>,
@@ -681,7 +690,7 @@ impl Worker {
     }
 
     fn to_host(&self, src: SocketAddrV4, pkt: &[u8]) {
-        (self.hooks.host_packet)(SocketAddr::V4(src), pkt);
+        (self.host_packet)(SocketAddr::V4(src), pkt);
     }
 
     /// One packet (`pushed`: from the host via [`DataPlane::push`], `src` = our own address).

@@ -7,7 +7,8 @@
 //!
 //! Threads of an [`XdpDataPlane`] (named so in `ps -L`):
 //! - `xdp-host`: reads the fast-path socket (what the program passed up, everything while
-//!   disabled) and calls [`Hooks::host_packet`];
+//!   disabled) and calls [`Hooks::host_packet`]; not started when the host reads the socket
+//!   itself (`host_packet` is `None`: the replica loop does, with no thread between);
 //! - `xdp-ring`: waits on the BPF ring buffer, moves records into the queue (at most
 //!   [`QUEUE_CAPACITY`]; when it is full the BPF ring fills and the program drops inputs,
 //!   counted as `ring_full`), and calls [`Hooks::wake`].
@@ -956,10 +957,9 @@ impl XdpDataPlane {
 
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
-        {
+        if let Some(host) = hooks.host_packet.clone() {
             let sock = socket.try_clone()?;
             let stop = Arc::clone(&stop);
-            let host = Arc::clone(&hooks.host_packet);
             threads.push(
                 std::thread::Builder::new()
                     .name("xdp-host".into())

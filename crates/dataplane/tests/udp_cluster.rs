@@ -37,7 +37,9 @@ impl Node {
             wake: Arc::new(move || {
                 w.fetch_add(1, Ordering::Relaxed);
             }),
-            host_packet: Arc::new(move |from, p| h.lock().unwrap().push((from, p.to_vec()))),
+            host_packet: Some(Arc::new(move |from, p| {
+                h.lock().unwrap().push((from, p.to_vec()))
+            })),
         };
         let cfg = Config {
             self_id: id,

@@ -133,7 +133,9 @@ fn run_case(case: &Value, group_id: u32) {
         wake: Arc::new(move || {
             w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }),
-        host_packet: Arc::new(move |from, p| h.lock().unwrap().push((from, p.to_vec()))),
+        host_packet: Some(Arc::new(move |from, p| {
+            h.lock().unwrap().push((from, p.to_vec()))
+        })),
     };
     let cfg = Config {
         self_id: before.self_id,

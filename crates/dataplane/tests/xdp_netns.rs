@@ -142,7 +142,9 @@ fn open(i: usize) -> Replica {
         },
         host_packet: {
             let h = Arc::clone(&host);
-            Arc::new(move |src, pkt: &[u8]| h.lock().unwrap().push((src, pkt.to_vec())))
+            Some(Arc::new(move |src, pkt: &[u8]| {
+                h.lock().unwrap().push((src, pkt.to_vec()))
+            }))
         },
     };
     let cfg = Config {

@@ -265,6 +265,12 @@ impl Header {
         b
     }
 
+    /// The message type byte of packet `buf` (C field `type`), read without validating the
+    /// rest: what routes a passed-up packet to the client front-end or to the host.
+    pub fn kind_of(buf: &[u8]) -> Option<u8> {
+        (buf.len() >= HDR_LEN).then(|| buf[5])
+    }
+
     /// Appends the 64-byte wire header and then `payload` to `buf`.
     ///
     /// The header is written verbatim, like the C `fp_write`: set `len` to `payload.len()`
@@ -338,6 +344,16 @@ mod tests {
         let (d, p) = Header::decode(&buf).unwrap();
         assert_eq!(d, h);
         assert_eq!(p, b"abc");
+    }
+
+    #[test]
+    fn kind_of_reads_the_type_of_a_whole_header_only() {
+        for t in MsgType::ALL {
+            let b = Header::of(t).to_bytes();
+            assert_eq!(Header::kind_of(&b), Some(t as u8));
+            assert_eq!(Header::kind_of(&b[..HDR_LEN - 1]), None);
+        }
+        assert_eq!(Header::kind_of(&[]), None);
     }
 
     #[test]

@@ -1000,7 +1000,7 @@ mod tests {
             },
             Hooks {
                 wake: Arc::new(|| {}),
-                host_packet: Arc::new(|_, _| {}),
+                host_packet: Some(Arc::new(|_, _| {})),
             },
         )
         .unwrap();

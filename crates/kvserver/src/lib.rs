@@ -70,11 +70,13 @@ pub fn start_kv(cfg: NodeConfig) -> Result<Running, StartError> {
         .transpose()?;
     let native: Arc<OnceLock<frontend::native::Native>> = Arc::new(OnceLock::new());
     let cell = native.clone();
-    let requests: waverunner_dataplane::PacketFn = Arc::new(move |src: SocketAddr, pkt: &[u8]| {
-        if let Some(n) = cell.get() {
-            n.on_datagram(pkt, src);
-        }
-    });
+    let requests: waverunner_node::clients::FastRequestFn = Arc::new(
+        move |src: SocketAddr, pkt: &[u8], to: &mut dyn waverunner_node::Propose| {
+            if let Some(n) = cell.get() {
+                n.on_datagram(pkt, src, to);
+            }
+        },
+    );
     let limits = frontend::Limits::from_config(&cfg);
     let listeners: Vec<frontend::tcp::Listener> = [
         (redis, frontend::Protocol::Redis),

@@ -27,6 +27,10 @@ use crate::stop::Stop;
 /// thread's; a [`ClientLoop`] registers its sources from [`FIRST_TOKEN`] on.
 pub const BELL: Token = Token(0);
 
+/// The replica loop's poll token of the data plane's fast-path socket, when the loop reads it
+/// ([`crate::fastpath::FastPort`]).
+pub const FAST: Token = Token(1);
+
 /// A front-end thread's stop flag on its poll.
 const STOP: Token = Token(usize::MAX);
 
@@ -35,7 +39,7 @@ const STOP: Token = Token(usize::MAX);
 pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
 /// The first token a [`ClientLoop`] may register.
-pub const FIRST_TOKEN: usize = 1;
+pub const FIRST_TOKEN: usize = 2;
 
 /// Events of one poll at most (a front-end's sockets): the rest are reported by the next.
 pub const POLL_EVENTS: usize = 1_024;
@@ -47,6 +51,12 @@ pub trait Propose {
     /// once (busy).
     fn submit(&mut self, s: Submit);
 }
+
+/// What an application does with a client request that reached the fast-path port and that
+/// the data plane did not order itself: (source, datagram, where to submit it). Called on
+/// the replica loop, which reads the port (`xdp`: `to` proposes straight into Raft), or on
+/// the data plane's thread (`udp`: `to` is the replica's queue). Must not block.
+pub type FastRequestFn = Arc<dyn Fn(std::net::SocketAddr, &[u8], &mut dyn Propose) + Send + Sync>;
 
 impl Propose for Handle {
     fn submit(&mut self, s: Submit) {

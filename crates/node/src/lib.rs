@@ -127,8 +127,8 @@ pub struct FastClients {
     /// The result the data plane sends for a blind write it committed itself.
     pub blind_reply_body: Vec<u8>,
     /// What to do with a client request that reached the fast-path port and that the data
-    /// plane did not order itself (called on a data-plane thread; must not block).
-    pub requests: Option<waverunner_dataplane::PacketFn>,
+    /// plane did not order itself ([`clients::FastRequestFn`]).
+    pub requests: Option<clients::FastRequestFn>,
 }
 
 /// [`start_replica`], with the application's fast-path clients; with a data plane, also the
@@ -200,24 +200,31 @@ pub fn start_replica_with<S: StateMachine>(
         stop.clone(),
     )
     .map_err(|e| StartError(format!("cannot start the replica transport: {e}")))?;
-    let (dp, dp_socket) = if cfg.dataplane == config::DataPlaneKind::Off {
-        (None, None)
+    let (dp, dp_socket, fast_port) = if cfg.dataplane == config::DataPlaneKind::Off {
+        (None, None, None)
     } else {
-        let d = fastpath::open(&cfg, tx.clone(), blind_reply_body, client_requests)
+        let o = fastpath::open(&cfg, tx.clone(), &handle, blind_reply_body, client_requests)
             .map_err(StartError)?;
-        let sock = d.0.plane.socket().map_err(|e| {
+        let sock = o.host.plane.socket().map_err(|e| {
             StartError(format!(
                 "cannot share the {} data plane's socket: {e}",
-                d.0.plane.kind()
+                o.host.plane.kind()
             ))
         })?;
+        if let Some(p) = &o.port {
+            p.register(poll.registry()).map_err(|e| {
+                StartError(format!(
+                    "cannot register the fast-path socket on the loop: {e}"
+                ))
+            })?;
+        }
         tracing::info!(
             "node {}: {} data plane on {} (starts disabled; the leader enables it)",
             cfg.id,
-            d.0.plane.kind(),
+            o.host.plane.kind(),
             cfg.listen.client
         );
-        (Some(d), Some(sock))
+        (Some((o.host, o.wake_pending)), Some(sock), o.port)
     };
     let keepalive = Arc::new(replica::KeepAlive::default());
     {
@@ -267,6 +274,7 @@ pub fn start_replica_with<S: StateMachine>(
         poll,
         bell,
         clients: on_loop,
+        fast: fast_port,
     };
     let stop2 = stop.clone();
     let core = std::thread::Builder::new()

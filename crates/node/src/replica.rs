@@ -17,9 +17,9 @@ use waverunner_raft::{
 };
 use waverunner_storage::Storage;
 
-use crate::clients::{Bell, ClientLoop, Inbox, Propose, BELL, POLL_EVENTS};
+use crate::clients::{Bell, ClientLoop, Inbox, Propose, BELL, FAST, POLL_EVENTS};
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
-use crate::fastpath::{DpHost, SoftwareLatency};
+use crate::fastpath::{DpHost, FastPort, Passed, SoftwareLatency};
 use crate::metrics::{Counters, MemberStatus, Status};
 use crate::sm::{
     Answer, Decoded, EntryData, Envelope, MemberAddrs, MemberRecord, Outcome, Replicated,
@@ -615,6 +615,9 @@ pub struct LoopIo {
     pub bell: Arc<Bell>,
     /// The application's front-end, run to completion on this loop.
     pub clients: Option<Box<dyn ClientLoop>>,
+    /// The data plane's fast-path socket, when the loop reads it (`xdp`), registered on the
+    /// poll already.
+    pub fast: Option<FastPort>,
 }
 
 /// The replica loop's own front-end proposing straight into the loop: no queue, no wake-up.
@@ -1008,6 +1011,7 @@ impl<S: StateMachine> Replica<S> {
             mut poll,
             bell,
             mut clients,
+            mut fast,
         } = io;
         let tick = Duration::from_millis(self.cfg.tick_ms);
         self.next_tick = Instant::now() + tick;
@@ -1059,7 +1063,8 @@ impl<S: StateMachine> Replica<S> {
             let sleep = queued == 0
                 && !reclaiming
                 && !self.raft.has_ready()
-                && clients.as_mut().is_none_or(|c| c.idle());
+                && clients.as_mut().is_none_or(|c| c.idle())
+                && fast.as_ref().is_none_or(|f| !f.readable());
             let mut timeout = Some(Duration::ZERO);
             if sleep {
                 bell.sleep();
@@ -1076,27 +1081,37 @@ impl<S: StateMachine> Replica<S> {
                     }
                 }
             }
-            if sleep || clients.is_some() {
+            if sleep || clients.is_some() || fast.is_some() {
                 if let Err(e) = poll.poll(&mut events, timeout) {
                     if e.kind() != std::io::ErrorKind::Interrupted {
                         return Err(Fatal(format!("the replica loop's poll failed: {e}")));
                     }
                 }
                 bell.awake();
-                if let Some(c) = clients.as_mut() {
-                    // Time first, here too: the process may have been stopped or starved in
-                    // the poll, and a request read now must not be served with the clock of
-                    // before (a lease read from a lease that expired meanwhile).
-                    self.tick_if_due(tick, &rx, &mut backlog)?;
-                    let t = Instant::now();
-                    let mut n = 0;
-                    for ev in events.iter() {
-                        if ev.token() != BELL {
+                // Time first, here too: the process may have been stopped or starved in the
+                // poll, and a request read now must not be served with the clock of before
+                // (a lease read from a lease that expired meanwhile).
+                self.tick_if_due(tick, &rx, &mut backlog)?;
+                let t = Instant::now();
+                let mut n = 0;
+                for ev in events.iter() {
+                    match (ev.token(), clients.as_mut(), fast.as_mut()) {
+                        (BELL, _, _) => {}
+                        (FAST, _, Some(f)) => f.on_readable(),
+                        (_, Some(c), _) => {
                             n += 1;
                             c.event(poll.registry(), ev, &mut Direct(&mut self));
                         }
+                        _ => {}
                     }
-                    stall(self.cfg.id, t, || format!("{n} socket events"));
+                }
+                stall(self.cfg.id, t, || format!("{n} socket events"));
+                if let Some(f) = fast.as_mut() {
+                    let t = Instant::now();
+                    self.read_fast(f);
+                    stall(self.cfg.id, t, || "the fast-path socket".into());
+                }
+                if let Some(c) = clients.as_mut() {
                     // Everything this round of events made ready is proposed together.
                     let t = Instant::now();
                     c.turn(&mut Direct(&mut self));
@@ -1953,6 +1968,19 @@ impl<S: StateMachine> Replica<S> {
 
     /// A fast-path packet the data plane passed up: software Raft handles it as the Raft
     /// message it is.
+    /// What the data plane passed up through its socket (`xdp`), read on the loop: clients'
+    /// requests proposed straight into Raft, the rest to the host.
+    fn read_fast(&mut self, port: &mut FastPort) {
+        port.read(|src, pkt, passed| match passed {
+            Passed::Request(f) => f(src, pkt, &mut Direct(self)),
+            Passed::Host => self.on_fast(src, pkt),
+            Passed::Oversize => {
+                tracing::debug!("dropped an oversize datagram from {src} on the fast-path port");
+                self.counters.client_errors += 1;
+            }
+        });
+    }
+
     fn on_fast(&mut self, src: SocketAddr, pkt: &[u8]) {
         let now = self.now();
         let removed = self.state.removed.contains(&self.cfg.id);

@@ -6,8 +6,9 @@
 //! driven by [`super::tcp::Frontend`]: the replica loop itself by default). Datagrams are read
 //! in batches (`recvmmsg`) and submitted with no hand-off between threads, and the replies of
 //! one turn of the loop leave together (`sendmmsg`). With a data plane the data plane owns the
-//! port and passes up, on its own thread, the requests it does not order itself
-//! ([`Native::on_datagram`]).
+//! port and passes up the requests it does not order itself ([`Native::on_datagram`]): `xdp`
+//! through its socket, which the replica loop reads (no thread between), `udp` from its own
+//! thread.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -100,8 +101,9 @@ fn error_reply(self_id: u64, seq: u64, leader: u64, e: &ClientError) -> Vec<u8> 
     proto::encode_reply(self_id, seq, status, leader, Err(&e.to_string()))
 }
 
-/// The requests a data plane passes up: decoded and submitted on the data plane's thread; their
-/// replies leave from the fast-path socket with the client loop's next turn ([`Outbox`]).
+/// The requests a data plane passes up: decoded and submitted where they are read (the replica
+/// loop for `xdp`, the data plane's thread for `udp`); their replies leave from the fast-path
+/// socket with the client loop's next turn ([`Outbox`]).
 pub struct Native {
     out: Arc<Outbox>,
     handle: Handle,
@@ -118,12 +120,13 @@ impl Native {
         }
     }
 
-    /// Handles one datagram from `peer`.
-    pub fn on_datagram(&self, pkt: &[u8], peer: SocketAddr) {
+    /// Handles one datagram from `peer`, submitting it to `to` (the replica loop itself when
+    /// it reads the data plane's socket).
+    pub fn on_datagram(&self, pkt: &[u8], peer: SocketAddr, to: &mut dyn Propose) {
         let o = self.out.clone();
         let send = Box::new(move |p: Vec<u8>| o.push(peer, p));
         if let Some(s) = request(pkt, peer, self.self_id, &self.handle, send) {
-            self.handle.submit(s);
+            to.submit(s);
         }
     }
 }
