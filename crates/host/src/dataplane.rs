@@ -18,6 +18,7 @@ use waverunner_raft::{
     Role,
 };
 
+use crate::requests::Outcome;
 use crate::ticks::Replay;
 use crate::Time;
 
@@ -944,6 +945,32 @@ impl<P: DataPlane> DataPlaneHost<P> {
     pub fn take_client(&mut self, index: u64, client: u64, seq: u64) -> Option<DpClient> {
         let c = self.clients.remove(&index)?;
         (!c.replied && c.client == client && c.seq == seq).then_some(c)
+    }
+
+    /// The entry at `index`, a native client's request that this leader's data plane ordered
+    /// (`client`, `seq`), was applied with `outcome`: its client is answered now, unless the
+    /// data plane already did (exactly one reply per acknowledged write). The reply is queued
+    /// ([`DataPlaneHost::reply`]); returns how many replies a full queue sent.
+    pub fn answer_client(
+        &mut self,
+        index: u64,
+        client: u64,
+        seq: u64,
+        leader: u64,
+        outcome: &Outcome,
+    ) -> usize {
+        let Some(c) = self.take_client(index, client, seq) else {
+            return 0;
+        };
+        let (status, body): (u8, &[u8]) = match outcome {
+            Outcome::Applied(r) | Outcome::Duplicate(r) => (fp::payload::STATUS_OK, r),
+            Outcome::Stale => (
+                fp::payload::STATUS_ERROR,
+                b"stale request: the session has moved past this sequence number",
+            ),
+        };
+        let payload = fp::payload::reply_payload(status, leader, body);
+        self.reply(c, index, &payload)
     }
 
     /// Queues a client reply for the entry at `index` to `c`, from the fast-path port: the

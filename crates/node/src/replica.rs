@@ -10,7 +10,6 @@ use std::sync::mpsc::{Receiver, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use waverunner_fastpath::payload;
 use waverunner_raft::{
     Bytes, ConfChange, Config as RaftConfig, DataPlaneState, Entry, EntryKind, HardState, Message,
     Raft, ReadMode, Ready, Role, Snapshot,
@@ -2001,18 +2000,8 @@ impl<S: StateMachine> Replica<S> {
     fn answer_fast_client(&mut self, index: u64, env: &Envelope, outcome: &Outcome) {
         let leader = self.raft.leader();
         let Some(d) = self.dp.as_mut() else { return };
-        let Some(c) = d.take_client(index, env.client, env.seq) else {
-            return;
-        };
-        let (status, body): (u8, &[u8]) = match outcome {
-            Outcome::Applied(r) | Outcome::Duplicate(r) => (payload::STATUS_OK, r),
-            Outcome::Stale => (
-                payload::STATUS_ERROR,
-                b"stale request: the session has moved past this sequence number",
-            ),
-        };
-        let payload = payload::reply_payload(status, leader, body);
-        self.requests.stats.answered += d.reply(c, index, &payload) as u64;
+        self.requests.stats.answered +=
+            d.answer_client(index, env.client, env.seq, leader, outcome) as u64;
     }
 
     /// Sends the replies [`Replica::answer_fast_client`] queued (after each ready batch and

@@ -4,7 +4,7 @@
 //! which entry each (index, term) names, which entry is decided (committed) at each index, and
 //! which writes clients were told are done. Any disagreement is a violation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use waverunner_raft::{Entry, EntryKind, Index, NodeId, Term};
 
@@ -31,6 +31,11 @@ pub struct Checker {
     named: HashMap<(Index, Term), u64>,
     /// State-machine safety: the entry decided at each index.
     decided: BTreeMap<Index, (Term, u64)>,
+    /// The write in the entry decided at each index, if it holds one write.
+    decided_write: BTreeMap<Index, u64>,
+    /// Entries a data plane ordered whose native client was answered (by the data plane or
+    /// by its host): exactly once each.
+    fast_answered: HashSet<Index>,
     /// Writes acknowledged to clients: write id → (index, term, hash, by data plane).
     acked: BTreeMap<u64, (Index, Term, u64, bool)>,
     /// The same, by index: index → [(write id, term, hash)].
@@ -129,7 +134,15 @@ impl Checker {
     }
 
     /// A node believes the entry `(index, term, hash)` is committed.
-    pub fn on_decided(&mut self, now: u64, node: NodeId, index: Index, term: Term, hash: u64) {
+    pub fn on_decided(
+        &mut self,
+        now: u64,
+        node: NodeId,
+        index: Index,
+        term: Term,
+        hash: u64,
+        write: Option<u64>,
+    ) {
         match self.decided.get(&index) {
             Some(&(t, h)) if (t, h) != (term, hash) => self.violate(
                 now,
@@ -140,6 +153,9 @@ impl Checker {
             Some(_) => {}
             None => {
                 self.decided.insert(index, (term, hash));
+                if let Some(w) = write {
+                    self.decided_write.insert(index, w);
+                }
             }
         }
         let lost = self
@@ -171,6 +187,34 @@ impl Checker {
                 .entry(index)
                 .or_default()
                 .push((write, term, hash));
+        }
+    }
+
+    /// Replica `node` told a client that its write `write` is committed at `index` (a host's
+    /// reply to a request its data plane ordered): it is, if that write is decided there. A
+    /// host answers after applying, so the index is decided already.
+    pub fn on_client_reply(&mut self, now: u64, node: NodeId, write: u64, index: Index) {
+        let decided = self.decided.get(&index).copied();
+        match (decided, self.decided_write.get(&index)) {
+            (Some((t, h)), Some(&w)) if w == write => self.on_ack(now, write, index, t, h, false),
+            (_, held) => self.violate(
+                now,
+                format!(
+                    "node {node} told a client write {write} is committed at index {index}, which holds {held:?}"
+                ),
+            ),
+        }
+    }
+
+    /// The native client of the entry at `index`, which a data plane ordered, was answered
+    /// (by that data plane, or by its host after applying it): at most once, for a committed
+    /// index never holds another entry.
+    pub fn on_fast_answer(&mut self, now: u64, node: NodeId, index: Index) {
+        if !self.fast_answered.insert(index) {
+            self.violate(
+                now,
+                format!("node {node} answered the client of entry {index} a second time"),
+            );
         }
     }
 

@@ -25,9 +25,16 @@ pub fn addr_of(id: NodeId) -> SocketAddrV4 {
     SocketAddrV4::new(Ipv4Addr::from(id as u32), 7)
 }
 
-/// The replica at a simulated fast-path address.
+/// The native clients, as a sender on the simulated network (no replica has this id).
+pub const CLIENT: NodeId = 1 << 40;
+
+/// The native clients' simulated address: where a host's replies to them go.
+pub const CLIENT_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 9);
+
+/// The replica (or [`CLIENT`]) at a simulated fast-path address.
 pub fn id_of(a: SocketAddr) -> NodeId {
     match a {
+        SocketAddr::V4(a) if a == CLIENT_ADDR => CLIENT,
         SocketAddr::V4(a) => NodeId::from(u32::from(*a.ip())),
         SocketAddr::V6(_) => 0,
     }
@@ -200,7 +207,9 @@ impl SimDataPlane {
                 flags: hdr.flags,
                 from: hdr.from,
                 seq: hdr.seq,
-                source: None,
+                // The packet's source, as XDP reads it from the IP header: a client's address
+                // is where the host answers what the data plane does not.
+                source: (from == CLIENT).then_some(CLIENT_ADDR),
                 payload: payload.to_vec(),
             }));
             if hdr.kind == fp::CLIENT_REQUEST && hdr.flags & fp::F_BLIND_WRITE != 0 {
@@ -221,6 +230,12 @@ impl SimDataPlane {
         if a.contains(fp::Actions::RING_COMMIT) {
             let mut replied = false;
             if self.regs.is_leader != 0 {
+                // As XDP and `udp`: one input sends one packet, so only the client of the
+                // entry the handler names (`reply_index`) is answered here; the host answers
+                // the others it committed when it applies them.
+                let answer = a
+                    .contains(fp::Actions::CLIENT_REPLY)
+                    .then_some(res.reply_index);
                 let done: Vec<Index> = self
                     .pending
                     .range(..=res.commit_index)
@@ -228,8 +243,10 @@ impl SimDataPlane {
                     .collect();
                 for i in done {
                     let w = self.pending.remove(&i).expect("pending entry");
-                    replied |= i == res.commit_index;
-                    out.push(Out::Acked(w, i, self.regs.term));
+                    if Some(i) == answer {
+                        replied = true;
+                        out.push(Out::Acked(w, i, self.regs.term));
+                    }
                 }
             }
             self.ring.push_back(RingRecord::Commit {

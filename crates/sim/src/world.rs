@@ -14,7 +14,7 @@ use waverunner_raft::{
 };
 
 use crate::checker::{entry_hash, Checker};
-use crate::dataplane::{addr_of, Out, SimDataPlane, GROUP_ID};
+use crate::dataplane::{addr_of, Out, SimDataPlane, CLIENT, GROUP_ID};
 use crate::rng::Rng;
 use waverunner_fastpath::payload::{Envelope, EnvelopeRef};
 use waverunner_host::dataplane::{DataPlaneHost, HostStats};
@@ -28,8 +28,6 @@ use waverunner_kv::{KvStore, Op as KvOp};
 
 /// One simulated millisecond: the Raft tick.
 pub const TICK_US: u64 = 1_000;
-/// The client id that simulated clients put in their requests.
-const CLIENT_ID: u64 = 1 << 40;
 /// Host calls in a row one event may cause through the data plane (a push the handler passes
 /// up to the host, which pushes again, ...): beyond it the world reports a loop.
 const MAX_PLANE_ROUNDS: usize = 10_000;
@@ -91,6 +89,9 @@ pub struct Stats {
     pub writes_sent: u64,
     pub writes_acked: u64,
     pub writes_acked_by_dataplane: u64,
+    /// Of `writes_acked`, writes a data plane ordered and its host answered (the data plane
+    /// answers only the client of the entry an input committed).
+    pub writes_acked_by_host_reply: u64,
     /// Of `writes_acked`, those acknowledged as part of a batch entry.
     pub batch_writes_acked: u64,
     /// The largest batch entry acknowledged, in bytes of entry data.
@@ -402,13 +403,27 @@ fn clients_stay(seed: u64) -> bool {
     (seed >> 4) & 1 == 1
 }
 
+/// What a native client sends for blind write `w`: an envelope of origin 0 in session
+/// ([`CLIENT`], `w`) around the write, as `waverunner_client` does.
+fn fast_payload(w: u64) -> Vec<u8> {
+    Envelope {
+        origin: 0,
+        req: 0,
+        client: CLIENT,
+        seq: w,
+        now_ms: 0,
+        command: write_payload(w),
+    }
+    .encode()
+}
+
 /// A native client's blind write `w` to the fast path.
 fn fast_write(w: u64) -> Packet {
-    let payload = write_payload(w);
+    let payload = fast_payload(w);
     let hdr = fp::Header {
         kind: fp::CLIENT_REQUEST,
         flags: fp::F_BLIND_WRITE,
-        from: CLIENT_ID,
+        from: CLIENT,
         seq: w,
         len: payload.len() as u16,
         ..fp::Header::new(u64::from(GROUP_ID))
@@ -416,8 +431,8 @@ fn fast_write(w: u64) -> Packet {
     Packet::Fast(hdr, payload)
 }
 
-/// The write in entry data: a client's payload as the data plane ordered it, or inside the
-/// envelope a replica's host proposed.
+/// The write in entry data: the command in its envelope (a native client's, as the data plane
+/// ordered it, or the one a replica's host proposed).
 fn write_id(data: &[u8]) -> Option<u64> {
     let command = EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command);
     (command.len() == 16 || command.len() == LARGE_WRITE)
@@ -1069,11 +1084,34 @@ impl World {
         }
     }
 
+    /// Replica `id` sent a client a reply (`h`, payload `p`): a host's answer to a write its
+    /// data plane ordered (the data plane's own answers are [`Out::Acked`]), or a busy reply.
+    /// An OK says the write in the request of sequence `h.seq` is committed at `h.index`.
+    fn client_reply(&mut self, id: NodeId, h: &fp::Header, p: &[u8]) {
+        if h.kind != fp::CLIENT_REPLY {
+            self.checker.report(
+                self.now,
+                format!("node {id} sent a client a packet of type {}", h.kind),
+            );
+            return;
+        }
+        if p.first() != Some(&fp::payload::STATUS_OK) {
+            return;
+        }
+        self.stats.writes_acked += 1;
+        self.stats.writes_acked_by_host_reply += 1;
+        self.checker.on_fast_answer(self.now, id, h.index);
+        self.checker.on_client_reply(self.now, id, h.seq, h.index);
+    }
+
     /// Carries out what `id`'s data plane did: packets onto the network, writes it declared
     /// committed, and packets for its host, which the host logic takes (and which may make the
     /// data plane do more). A client request the data plane passed up goes to the replica's
     /// front-end instead.
     fn flush_plane(&mut self, id: NodeId) {
+        // The host's replies to clients its data plane ordered, queued while it applied them,
+        // leave together (as the node sends them after each ready batch).
+        self.nodes.get_mut(&id).unwrap().host.flush_replies();
         for _ in 0..MAX_PLANE_ROUNDS {
             let outs = self.nodes.get_mut(&id).unwrap().host.plane.take_outbox();
             if outs.is_empty() {
@@ -1084,6 +1122,7 @@ impl World {
             }
             for o in outs {
                 match o {
+                    Out::Send(CLIENT, h, p) => self.client_reply(id, &h, &p),
                     Out::Send(to, h, p) => {
                         if to != id {
                             self.send(id, to, Packet::Fast(h, p));
@@ -1092,7 +1131,8 @@ impl World {
                     Out::Acked(w, index, term) => {
                         self.stats.writes_acked += 1;
                         self.stats.writes_acked_by_dataplane += 1;
-                        let h = entry_hash(EntryKind::Normal, &write_payload(w));
+                        let h = entry_hash(EntryKind::Normal, &fast_payload(w));
+                        self.checker.on_fast_answer(self.now, id, index);
                         self.checker.on_ack(self.now, w, index, term, h, true);
                     }
                     Out::ToHost(from, pkt) => {
@@ -1130,11 +1170,13 @@ impl World {
                         rq.propose_forwarded(env.to_owned(), &mut cx);
                         self.flush_requests(id);
                     }
-                    _ => {
+                    Ok(env) => {
+                        // A native client's: the front-end submits its command.
                         if let Some(w) = write_id(payload) {
-                            self.submit(id, payload.to_vec(), Op::Write(w));
+                            self.submit(id, env.command.to_vec(), Op::Write(w));
                         }
                     }
+                    Err(_) => {}
                 }
             }
             _ => {
@@ -1384,7 +1426,7 @@ impl World {
         self.schedule(
             d,
             Ev::Deliver {
-                from: CLIENT_ID,
+                from: CLIENT,
                 to,
                 pkt,
             },
@@ -2027,7 +2069,7 @@ impl World {
                 self.schedule(
                     10,
                     Ev::Deliver {
-                        from: CLIENT_ID,
+                        from: CLIENT,
                         to: l,
                         pkt: fast_write(w),
                     },
@@ -2228,8 +2270,14 @@ impl ReadyIo for SimIo<'_> {
             if e.index <= n.sm.applied {
                 continue;
             }
-            self.checker
-                .on_decided(now, id, e.index, e.term, entry_hash(e.kind, &e.data));
+            self.checker.on_decided(
+                now,
+                id,
+                e.index,
+                e.term,
+                entry_hash(e.kind, &e.data),
+                write_id(&e.data),
+            );
             if let Some(digest) = n.sm.apply(e) {
                 self.checker.on_state(now, id, e.index, digest);
             }
@@ -2255,8 +2303,16 @@ impl ReadyIo for SimIo<'_> {
             let Ok(env) = EnvelopeRef::parse(&e.data, usize::MAX) else {
                 continue;
             };
-            let at = Duration::from_micros(now);
             let done = Outcome::Applied(Vec::new());
+            if env.origin == 0 {
+                // A native client's request that a leader's data plane ordered: this leader's
+                // host answers it unless the data plane did (the node's `answer_fast_client`).
+                let leader = n.raft.as_ref().map_or(0, |r| r.leader());
+                n.host
+                    .answer_client(e.index, env.client, env.seq, leader, &done);
+                continue;
+            }
+            let at = Duration::from_micros(now);
             n.requests.on_applied(
                 e.index,
                 env.origin,
@@ -2603,6 +2659,27 @@ mod tests {
         assert!(
             checked >= 10,
             "only {checked} seeds batched with the data plane on"
+        );
+    }
+
+    /// A data plane answers only the client of the entry an input commits (one packet per
+    /// input, as XDP sends it). When an ack commits several entries at once, the leader's host
+    /// answers the other clients after applying them (`DataPlaneHost::answer_client`, the
+    /// node's code): each entry's client once (the checker's `on_fast_answer`), with the
+    /// write that entry holds (`on_client_reply`), and the write survives (the checker's).
+    #[test]
+    fn the_host_answers_the_native_clients_its_data_plane_did_not() {
+        let (mut by_plane, mut by_host) = (0, 0);
+        for seed in 1..=24 {
+            let mut w = quiet_world(seed);
+            run_for(&mut w, 800_000);
+            assert_no_violation(&w, seed);
+            by_plane += w.stats.writes_acked_by_dataplane;
+            by_host += w.stats.writes_acked_by_host_reply;
+        }
+        assert!(
+            by_plane > 0 && by_host > 0,
+            "answered by the data planes {by_plane}, by their hosts {by_host}"
         );
     }
 
