@@ -1965,8 +1965,6 @@ impl<S: StateMachine> Replica<S> {
         d.consume_ring(&mut self.raft, now);
     }
 
-    /// A fast-path packet the data plane passed up: software Raft handles it as the Raft
-    /// message it is.
     /// What the data plane passed up through its socket (`xdp`), read on the loop: clients'
     /// requests proposed straight into Raft, the rest to the host.
     fn read_fast(&mut self, port: &mut FastPort) {
@@ -1980,6 +1978,8 @@ impl<S: StateMachine> Replica<S> {
         });
     }
 
+    /// A fast-path packet the data plane passed up: software Raft handles it as the Raft
+    /// message it is.
     fn on_fast(&mut self, src: SocketAddr, pkt: &[u8]) {
         let now = self.now();
         let removed = self.state.removed.contains(&self.cfg.id);
