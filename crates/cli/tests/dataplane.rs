@@ -691,23 +691,22 @@ fn netns_cluster(dataplane: &str) {
         assert_eq!(k, want[i % want.len()], "replica {id}: {kinds:?}");
     }
     serve_everything(&dir, true);
-    // An `xdp` replica's loop reads what the program passes up itself: no thread between the
-    // fast-path socket and Raft (issue 13, part 2).
+    // An `xdp` replica's loop reads what the program passes up and what it rings itself: no
+    // thread between the fast-path socket or the ring and Raft (issue 13, parts 2 and 3).
     let n = up_nodes(&dir);
     for (i, &pid) in n.pids.iter().enumerate() {
         let threads = thread_names(pid);
-        let xdp = kinds[&n.ids[i]] == "xdp";
         assert!(
-            !threads.iter().any(|t| t == "xdp-host"),
-            "replica {} ({}) reads its fast-path socket on a thread of its own: {threads:?}",
-            n.ids[i],
-            kinds[&n.ids[i]]
+            threads.iter().any(|t| t == "raft-net"),
+            "replica {}: its threads are not where they were looked for: {threads:?}",
+            n.ids[i]
         );
-        if xdp {
+        for t in ["xdp-host", "xdp-ring"] {
             assert!(
-                threads.iter().any(|t| t == "xdp-ring"),
-                "replica {}: the xdp data plane's threads are not where they were looked for: {threads:?}",
-                n.ids[i]
+                !threads.iter().any(|x| x == t),
+                "replica {} ({}) has a thread {t}: {threads:?}",
+                n.ids[i],
+                kinds[&n.ids[i]]
             );
         }
     }

@@ -180,12 +180,28 @@ pub struct Config {
 /// A callback on a packet: (source, UDP payload).
 pub type PacketFn = Arc<dyn Fn(SocketAddr, &[u8]) + Send + Sync>;
 
+/// What a host that polls the ring itself ([`DataPlane::ring_fd`]) may do before it sleeps
+/// ([`DataPlane::before_sleep`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingSleep {
+    /// Sleep: the next record makes the ring's descriptor readable.
+    Armed,
+    /// Records are waiting: drain them first, do not sleep.
+    Ready,
+    /// Sleep at most this long, not woken per record: records keep coming and nobody waits on
+    /// each (a follower's own apply is up to this much later).
+    Nap(std::time::Duration),
+}
+
 /// What the data plane calls back into its host with. Both run on a data-plane thread and
 /// must not block.
 #[derive(Clone)]
 pub struct Hooks {
     /// Records are waiting on the ring (coalesced: called at least once after records appear).
-    pub wake: Arc<dyn Fn() + Send + Sync>,
+    ///
+    /// `None`: the host polls [`DataPlane::ring_fd`] and drains the ring on its own loop (the
+    /// `xdp` data plane then starts no ring thread); only `xdp` allows it.
+    pub wake: Option<Arc<dyn Fn() + Send + Sync>>,
     /// A packet on the fast-path port for the host: the handler passed it up (`TO_HOST`), the
     /// data plane was disabled, or it is not a valid fast-path packet. (source, UDP payload).
     ///
@@ -243,6 +259,24 @@ pub trait DataPlane: Send {
     /// requests waiting, or acknowledging after fsync) or may take them in batches a little
     /// later (`xdp`: at most `xdp::RING_NAP`). When turned on, the host drains afterwards.
     fn want_wakeups(&self, _urgent: bool) {}
+
+    /// A descriptor that turns readable when records reach the ring of a host that armed its
+    /// wake-up ([`DataPlane::before_sleep`]): the data plane was opened with no `Hooks::wake`,
+    /// and the host polls this and drains the ring on its own loop. `None`: `Hooks::wake`
+    /// tells the host.
+    fn ring_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// The host that polls [`DataPlane::ring_fd`] is about to sleep: arms the wake-up unless
+    /// records wait or a nap will do.
+    fn before_sleep(&self) -> RingSleep {
+        RingSleep::Armed
+    }
+
+    /// The host that polls [`DataPlane::ring_fd`] is awake: records no longer wake it (it
+    /// drains the ring every turn of its loop).
+    fn after_sleep(&self) {}
 
     /// Sends a UDP payload from the fast-path port to `to`, bypassing the handler (host
     /// replies, retransmissions, deferred acks, forwards).
@@ -335,6 +369,15 @@ impl<T: DataPlane + ?Sized> DataPlane for Box<T> {
     }
     fn want_wakeups(&self, urgent: bool) {
         (**self).want_wakeups(urgent)
+    }
+    fn ring_fd(&self) -> Option<RawFd> {
+        (**self).ring_fd()
+    }
+    fn before_sleep(&self) -> RingSleep {
+        (**self).before_sleep()
+    }
+    fn after_sleep(&self) {
+        (**self).after_sleep()
     }
     fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<()> {
         (**self).send_to(pkt, to)
@@ -458,6 +501,17 @@ mod tests {
         fn want_wakeups(&self, _: bool) {
             self.mark();
         }
+        fn ring_fd(&self) -> Option<RawFd> {
+            self.mark();
+            Some(3)
+        }
+        fn before_sleep(&self) -> RingSleep {
+            self.mark();
+            RingSleep::Ready
+        }
+        fn after_sleep(&self) {
+            self.mark();
+        }
         fn send_to(&self, _: &[u8], _: SocketAddr) -> io::Result<()> {
             Ok(())
         }
@@ -500,6 +554,9 @@ mod tests {
             p.push_batch(&[]).unwrap();
             let _ = p.drain_due();
             p.want_wakeups(true);
+            assert_eq!(p.ring_fd(), Some(3));
+            assert_eq!(p.before_sleep(), RingSleep::Ready);
+            p.after_sleep();
             let _ = p.socket();
             p.tick();
             assert_eq!(p.send_many(&[]), 7);
@@ -508,7 +565,7 @@ mod tests {
         assert_eq!(generic(&mut b), 42);
         assert_eq!(
             calls.load(Ordering::Relaxed),
-            7,
+            10,
             "every call reached the plane"
         );
     }

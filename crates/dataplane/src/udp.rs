@@ -170,10 +170,11 @@ impl UdpDataPlane {
     /// the bind IP), and spawns the data-plane thread. The data plane starts disabled: every
     /// packet goes to `hooks.host_packet` until [`DataPlane::enable`].
     pub fn open(cfg: &Config, hooks: Hooks) -> io::Result<UdpDataPlane> {
-        let Some(host_packet) = hooks.host_packet.clone() else {
+        let (Some(host_packet), Some(wake)) = (hooks.host_packet, hooks.wake) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "the udp data plane's thread is its handler: it needs a host_packet callback",
+                "the udp data plane's thread is its handler: it needs host_packet and wake \
+                 callbacks",
             ));
         };
         let sock = UdpSocket::bind(cfg.bind)?;
@@ -220,8 +221,8 @@ impl UdpDataPlane {
         let worker = Worker {
             cfg: cfg.clone(),
             local,
-            hooks,
             host_packet,
+            wake,
             shared: shared.clone(),
             sock: sock.clone(),
             mcast,
@@ -510,9 +511,9 @@ struct Slot {
 struct Worker {
     cfg: Config,
     local: SocketAddrV4,
-    hooks: Hooks,
-    /// `hooks.host_packet` (this data plane requires one).
+    /// `Hooks::host_packet` and `Hooks::wake` (this data plane requires both).
     host_packet: crate::PacketFn,
+    wake: Arc<dyn Fn() + Send + Sync>,
     shared: Arc<Shared>,
     sock: Arc<UdpSocket>,
     mcast: Option<UdpSocket>,
@@ -685,7 +686,7 @@ impl Worker {
         }
         let halted = mem::take(&mut self.halted);
         if (records || halted) && !self.shared.woken.swap(true, Ordering::SeqCst) {
-            (self.hooks.wake)();
+            (self.wake)();
         }
     }
 

@@ -11,7 +11,8 @@
 //!   itself (`host_packet` is `None`: the replica loop does, with no thread between);
 //! - `xdp-ring`: waits on the BPF ring buffer, moves records into the queue (at most
 //!   [`QUEUE_CAPACITY`]; when it is full the BPF ring fills and the program drops inputs,
-//!   counted as `ring_full`), and calls [`Hooks::wake`].
+//!   counted as `ring_full`), and calls [`Hooks::wake`]; not started when the host reads the
+//!   ring itself (`wake` is `None`: the replica loop polls [`XdpProgram::ring_fd`]).
 //!
 //! Everything here needs root (`CAP_BPF`, `CAP_NET_ADMIN`).
 
@@ -143,6 +144,11 @@ pub struct XdpProgram {
     /// The host wants every record at once ([`XdpProgram::want_wakeups`]); else the reader,
     /// while records keep coming, looks every [`RING_NAP`] instead of being woken per record.
     urgent: AtomicBool,
+    /// The host reads the ring itself on its loop ([`XdpProgram::read_by_host`]): no reader
+    /// thread sleeps on it.
+    host_reads: AtomicBool,
+    /// The host reads the ring and its last drain took records: they keep coming.
+    recent: AtomicBool,
 }
 
 // SAFETY: `bss` points to the memory-mapped `.bss` of the loaded object, valid as long as
@@ -208,6 +214,8 @@ impl XdpProgram {
             held: AtomicBool::new(false),
             pulling: Mutex::new(()),
             urgent: AtomicBool::new(true),
+            host_reads: AtomicBool::new(false),
+            recent: AtomicBool::new(false),
             queue,
             ring_epoll,
         };
@@ -530,9 +538,47 @@ impl XdpProgram {
     /// follower nobody waits on: its entries are acknowledged by the program). Turning it on
     /// arms the reader's wake-up at once; the caller then drains what is already there.
     pub fn want_wakeups(&self, urgent: bool) {
-        if self.urgent.swap(urgent, Ordering::SeqCst) != urgent && urgent {
+        let turned_on = self.urgent.swap(urgent, Ordering::SeqCst) != urgent && urgent;
+        // A host that reads the ring is awake when it says so, and drains every turn.
+        if turned_on && !self.host_reads.load(Ordering::Relaxed) {
             self.set_ring_waiting(true);
         }
+    }
+
+    /// From now on the host reads the ring itself, on its event loop, instead of a thread: it
+    /// polls [`XdpProgram::ring_fd`], drains every turn ([`XdpProgram::drain`]), and is the
+    /// reader that sleeps ([`XdpProgram::before_sleep`], [`XdpProgram::after_sleep`]). A
+    /// busy loop then costs producers no wake-up at all, a sleeping one a wake record per
+    /// sleep, and no thread switch lies between a record and the loop.
+    pub fn read_by_host(&self) {
+        self.host_reads.store(true, Ordering::SeqCst);
+    }
+
+    /// The ring buffer map's descriptor: readable while records are on the ring; a wake record
+    /// (forced wake-up) reports it to a poll that waits on it.
+    pub fn ring_fd(&self) -> RawFd {
+        self.skel.maps.wr_ring.as_fd().as_raw_fd()
+    }
+
+    /// The host that reads the ring is about to sleep. A follower nobody waits on, whose last
+    /// drain took records, naps ([`RING_NAP`]) instead of being woken per record. Otherwise the
+    /// reader's flag is set and the ring looked at once more (`bpf/wr_ring.h`): records found
+    /// there mean no sleep; else a producer sees the flag and rings a wake record.
+    pub fn before_sleep(&self) -> crate::RingSleep {
+        if !self.urgent.load(Ordering::SeqCst) && self.recent.load(Ordering::Relaxed) {
+            return crate::RingSleep::Nap(RING_NAP);
+        }
+        self.set_ring_waiting(true);
+        if self.consume(usize::MAX) > 0 || self.queued() > 0 {
+            self.set_ring_waiting(false);
+            return crate::RingSleep::Ready;
+        }
+        crate::RingSleep::Armed
+    }
+
+    /// The host that reads the ring woke: while it is awake no record rings for it.
+    pub fn after_sleep(&self) {
+        self.set_ring_waiting(false);
     }
 
     /// See [`XdpProgram::want_wakeups`].
@@ -567,6 +613,7 @@ impl XdpProgram {
             let _ = st.ring.consume_raw();
         }
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.recent.store(!q.is_empty(), Ordering::Relaxed);
         out.extend(q.drain(..));
     }
 
@@ -989,15 +1036,16 @@ impl XdpDataPlane {
                     })?,
             );
         }
-        {
+        if let Some(wake) = hooks.wake.clone() {
             let prog = Arc::clone(&prog);
             let stop = Arc::clone(&stop);
-            let wake = Arc::clone(&hooks.wake);
             threads.push(
                 std::thread::Builder::new()
                     .name("xdp-ring".into())
                     .spawn(move || ring_thread(&prog, &stop, &*wake))?,
             );
+        } else {
+            prog.read_by_host();
         }
         tracing::info!(
             "xdp data plane attached to {ifname} (ifindex {ifindex}), fast path {self_addr}, \
@@ -1099,6 +1147,21 @@ impl DataPlane for XdpDataPlane {
 
     fn drain(&mut self, out: &mut Vec<RingRecord>) {
         self.prog.drain(out);
+    }
+
+    fn ring_fd(&self) -> Option<RawFd> {
+        self.prog
+            .host_reads
+            .load(Ordering::Relaxed)
+            .then(|| self.prog.ring_fd())
+    }
+
+    fn before_sleep(&self) -> crate::RingSleep {
+        self.prog.before_sleep()
+    }
+
+    fn after_sleep(&self) {
+        self.prog.after_sleep()
     }
 
     fn push(&mut self, pkt: &[u8]) -> io::Result<()> {

@@ -34,9 +34,9 @@ impl Node {
         let wakes = Arc::new(AtomicU64::new(0));
         let (h, w) = (host.clone(), wakes.clone());
         let hooks = Hooks {
-            wake: Arc::new(move || {
+            wake: Some(Arc::new(move || {
                 w.fetch_add(1, Ordering::Relaxed);
-            }),
+            })),
             host_packet: Some(Arc::new(move |from, p| {
                 h.lock().unwrap().push((from, p.to_vec()))
             })),

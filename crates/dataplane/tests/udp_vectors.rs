@@ -130,9 +130,9 @@ fn run_case(case: &Value, group_id: u32) {
     let wakes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let w = wakes.clone();
     let hooks = Hooks {
-        wake: Arc::new(move || {
+        wake: Some(Arc::new(move || {
             w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }),
+        })),
         host_packet: Some(Arc::new(move |from, p| {
             h.lock().unwrap().push((from, p.to_vec()))
         })),

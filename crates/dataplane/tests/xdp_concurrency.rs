@@ -416,3 +416,193 @@ fn a_frame_from_our_own_address_that_is_not_a_pull_is_dropped() {
         "the same request from a client is taken"
     );
 }
+
+/// An edge-triggered epoll on one descriptor, as the replica loop's poll (mio) waits on the
+/// ring: it reports a wake-up, not records that were there already.
+struct Edge(std::os::fd::OwnedFd);
+
+impl Edge {
+    fn on(fd: std::os::fd::RawFd) -> Edge {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscalls; the new descriptor is owned once checked.
+        unsafe {
+            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            assert!(
+                ep >= 0,
+                "epoll_create1: {}",
+                std::io::Error::last_os_error()
+            );
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                u64: 0,
+            };
+            let rc = libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev);
+            assert_eq!(rc, 0, "epoll_ctl: {}", std::io::Error::last_os_error());
+            Edge(std::os::fd::OwnedFd::from_raw_fd(ep))
+        }
+    }
+
+    /// Whether a wake-up came within `ms`.
+    fn woke_within(&self, ms: i32) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: one live event buffer.
+        unsafe { libc::epoll_wait(self.0.as_raw_fd(), &mut ev, 1, ms) == 1 }
+    }
+}
+
+/// A host that reads the ring itself (the replica loop with `xdp`, `XdpProgram::read_by_host`)
+/// is the reader that sleeps: it arms the wake-up only before it sleeps, and a record rung
+/// then makes the ring's descriptor readable, with one wake record; a record already there
+/// means no sleep; a follower nobody waits on naps instead of arming while records keep
+/// coming; and turning wake-ups on while the loop is awake arms nothing.
+#[test]
+fn a_host_that_reads_the_ring_is_woken_only_while_it_sleeps() {
+    if !root_or_skip("a_host_that_reads_the_ring_is_woken_only_while_it_sleeps") {
+        return;
+    }
+    use waverunner_dataplane::xdp::RING_NAP;
+    use waverunner_dataplane::RingSleep;
+    let prog = load(b"ok");
+    prog.write_registers(&leader_regs());
+    prog.read_by_host();
+    let ring = Edge::on(prog.ring_fd());
+    let mut recs = Vec::new();
+
+    // Awake: a record rings for nobody.
+    prog.set_ring_waiting(false);
+    let run = prog
+        .test_run(&frame_from_peer(&client_request(1)))
+        .expect("run");
+    assert_eq!(run.verdict, XDP_TX);
+    assert_eq!(prog.ring_wakeups(), 0);
+    // About to sleep with it on the ring: no sleep.
+    assert_eq!(prog.before_sleep(), RingSleep::Ready);
+    assert!(!prog.ring_waiting(), "not armed while records wait");
+    prog.drain(&mut recs);
+    assert_eq!(entry_indices(&recs), vec![1]);
+
+    // Empty: armed; the next record wakes the descriptor, once.
+    prog.drain(&mut recs);
+    assert_eq!(prog.before_sleep(), RingSleep::Armed);
+    assert!(prog.ring_waiting());
+    let _ = ring.woke_within(0); // the registration's own edge
+    assert!(!ring.woke_within(0), "nothing rang");
+    prog.test_run(&frame_from_peer(&client_request(2)))
+        .expect("run");
+    assert!(!prog.ring_waiting(), "the producer took the flag");
+    assert!(ring.woke_within(2_000), "the record woke the sleeper");
+    prog.after_sleep();
+    prog.drain(&mut recs);
+    assert_eq!(entry_indices(&recs), vec![1, 2]);
+    assert_eq!(prog.ring_wakeups(), 1, "one wake record");
+
+    // A follower nobody waits on, records coming: a nap, nothing armed.
+    prog.want_wakeups(false);
+    prog.test_run(&frame_from_peer(&client_request(3)))
+        .expect("run");
+    prog.drain(&mut recs);
+    assert_eq!(prog.before_sleep(), RingSleep::Nap(RING_NAP));
+    assert!(!prog.ring_waiting());
+    // Nothing came at the last look: armed again.
+    prog.drain(&mut recs);
+    assert_eq!(prog.before_sleep(), RingSleep::Armed);
+    prog.after_sleep();
+    assert!(!prog.ring_waiting(), "awake: disarmed");
+    // Turning wake-ups on while awake arms nothing (the loop drains every turn).
+    prog.want_wakeups(true);
+    assert!(!prog.ring_waiting());
+}
+
+/// The replica loop as the ring's reader loses no wake-up: producers on every CPU in turn
+/// ring one record at a time while the reader drains, arms and sleeps on the ring's
+/// descriptor as the loop does (`before_sleep`, an edge-triggered `epoll_wait`,
+/// `after_sleep`). A missed wake-up leaves it asleep until its 2 s timeout, which fails the
+/// test.
+#[test]
+fn a_host_reading_the_ring_never_misses_a_wakeup() {
+    if !root_or_skip("a_host_reading_the_ring_never_misses_a_wakeup") {
+        return;
+    }
+    use waverunner_dataplane::RingSleep;
+    const ROUNDS: u64 = 2_000;
+    let prog = load(b"ok");
+    prog.write_registers(&leader_regs());
+    prog.read_by_host();
+    let ring = Edge::on(prog.ring_fd());
+    let taken = std::sync::atomic::AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let slow = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut slow = Vec::new();
+            let mut recs = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                prog.drain(&mut recs);
+                let n = entry_indices(&recs).len() as u64;
+                taken.store(n, Ordering::SeqCst);
+                if n.is_multiple_of(2) {
+                    // Late to sleep, as a busy loop is: the next record often comes between
+                    // the drain and the arming, which `before_sleep`'s second look must see.
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+                match prog.before_sleep() {
+                    RingSleep::Ready => continue,
+                    RingSleep::Nap(t) => std::thread::sleep(t),
+                    RingSleep::Armed => {
+                        if !ring.woke_within(2_000) {
+                            // Timed out: a record found now waited for the timeout.
+                            let before = entry_indices(&recs).len();
+                            prog.drain(&mut recs);
+                            if entry_indices(&recs).len() > before {
+                                slow.push(before as u64);
+                            }
+                            taken.store(entry_indices(&recs).len() as u64, Ordering::SeqCst);
+                        }
+                    }
+                }
+                prog.after_sleep();
+            }
+            slow
+        });
+        let producer = s.spawn(|| {
+            for i in 0..ROUNDS {
+                if start.elapsed() > TIME_LIMIT {
+                    break;
+                }
+                pin_to(i as usize % cpus());
+                let run = prog
+                    .test_run(&frame_from_peer(&client_request(i + 1)))
+                    .expect("test run");
+                assert_eq!(run.verdict, XDP_TX, "round {i}");
+                let t = Instant::now();
+                while taken.load(Ordering::SeqCst) < i + 1 {
+                    assert!(
+                        t.elapsed() < Duration::from_secs(5),
+                        "round {i}: the reader never got the record"
+                    );
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let p = producer.join();
+        done.store(true, Ordering::SeqCst);
+        let slow = reader.join().expect("reader");
+        p.expect("producer");
+        slow
+    });
+    let rounds = taken.load(Ordering::SeqCst);
+    eprintln!(
+        "a_host_reading_the_ring_never_misses_a_wakeup: {rounds} records, {} wake records",
+        prog.ring_wakeups()
+    );
+    assert!(rounds > 0);
+    assert!(
+        slow.is_empty(),
+        "the reader overslept after records {slow:?}"
+    );
+    assert!(
+        prog.ring_wakeups() <= rounds,
+        "at most one wake record per record"
+    );
+}

@@ -136,9 +136,9 @@ fn open(i: usize) -> Replica {
     let hooks = Hooks {
         wake: {
             let w = Arc::clone(&wakes);
-            Arc::new(move || {
+            Some(Arc::new(move || {
                 w.fetch_add(1, Ordering::Relaxed);
-            })
+            }))
         },
         host_packet: {
             let h = Arc::clone(&host);

@@ -1026,7 +1026,7 @@ mod tests {
                 blind_reply_body: Vec::new(),
             },
             Hooks {
-                wake: Arc::new(|| {}),
+                wake: Some(Arc::new(|| {})),
                 host_packet: Some(Arc::new(|_, _| {})),
             },
         )

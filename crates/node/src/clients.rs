@@ -31,6 +31,10 @@ pub const BELL: Token = Token(0);
 /// ([`crate::fastpath::FastPort`]).
 pub const FAST: Token = Token(1);
 
+/// The replica loop's poll token of the data plane's ring, when the loop reads it
+/// (`DataPlane::ring_fd`).
+pub const RING: Token = Token(2);
+
 /// A front-end thread's stop flag on its poll.
 const STOP: Token = Token(usize::MAX);
 
@@ -39,7 +43,7 @@ const STOP: Token = Token(usize::MAX);
 pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
 /// The first token a [`ClientLoop`] may register.
-pub const FIRST_TOKEN: usize = 2;
+pub const FIRST_TOKEN: usize = 3;
 
 /// Events of one poll at most (a front-end's sockets): the rest are reported by the next.
 pub const POLL_EVENTS: usize = 1_024;

@@ -60,16 +60,21 @@ pub fn open(
         multicast: cfg.dataplane_multicast,
         blind_reply_body,
     };
-    let wake_pending = Arc::new(AtomicBool::new(false));
-    let (wtx, wflag) = (tx.clone(), wake_pending.clone());
-    let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-        if !wflag.swap(true, Ordering::AcqRel) {
-            let _ = wtx.try_send(Event::Ring);
-        }
-    });
-    // `xdp` passes packets up through its socket: the replica loop reads it (no thread
-    // between). The `udp` data plane's thread is its handler and passes them to a callback.
+    // `xdp` passes packets up through its socket and records through its ring: the replica
+    // loop polls both itself (no thread between). The `udp` data plane's thread is its
+    // handler: it calls back, and its ring wake-ups reach the loop as events.
     let loop_reads = cfg.dataplane == DataPlaneKind::Xdp;
+    let wake_pending = Arc::new(AtomicBool::new(false));
+    let wake: Option<Arc<dyn Fn() + Send + Sync>> = if loop_reads {
+        None
+    } else {
+        let (wtx, wflag) = (tx.clone(), wake_pending.clone());
+        Some(Arc::new(move || {
+            if !wflag.swap(true, Ordering::AcqRel) {
+                let _ = wtx.try_send(Event::Ring);
+            }
+        }))
+    };
     let host_packet: Option<dp::PacketFn> = if loop_reads {
         None
     } else {

@@ -16,7 +16,7 @@ use waverunner_raft::{
 };
 use waverunner_storage::Storage;
 
-use crate::clients::{Bell, ClientLoop, Inbox, Propose, BELL, FAST, POLL_EVENTS};
+use crate::clients::{Bell, ClientLoop, Inbox, Propose, BELL, FAST, POLL_EVENTS, RING};
 use crate::config::{DurabilityMode, NodeConfig, ReadModeConfig};
 use crate::fastpath::{DpHost, FastPort, Passed, SoftwareLatency};
 use crate::metrics::{Counters, MemberStatus, Status};
@@ -27,6 +27,7 @@ use crate::sm::{
 use crate::stop::Stop;
 use crate::transport::Transport;
 use crate::wire::Frame;
+use waverunner_dataplane::RingSleep;
 use waverunner_host::membership::Membership;
 use waverunner_host::ready::{Parts, ReadyIo, ReadyState};
 use waverunner_host::requests::{Cx, Effect, Requests};
@@ -1013,6 +1014,14 @@ impl<S: StateMachine> Replica<S> {
             mut fast,
         } = io;
         let tick = Duration::from_millis(self.cfg.tick_ms);
+        // The data plane's ring, when the loop reads it (`xdp`): drained every turn, its
+        // wake-up armed only while the loop sleeps.
+        let ring = self.dp.as_ref().and_then(|d| d.plane.ring_fd());
+        if let Some(fd) = ring {
+            poll.registry()
+                .register(&mut mio::unix::SourceFd(&fd), RING, mio::Interest::READABLE)
+                .map_err(|e| Fatal(format!("cannot poll the data plane's ring: {e}")))?;
+        }
         self.next_tick = Instant::now() + tick;
         self.drive()?;
         self.publish();
@@ -1065,6 +1074,7 @@ impl<S: StateMachine> Replica<S> {
                 && clients.as_mut().is_none_or(|c| c.idle())
                 && fast.as_ref().is_none_or(|f| !f.readable());
             let mut timeout = Some(Duration::ZERO);
+            let mut armed = false;
             if sleep {
                 bell.sleep();
                 match rx.try_recv() {
@@ -1076,17 +1086,30 @@ impl<S: StateMachine> Replica<S> {
                         if let Some(c) = clients.as_ref().and_then(|c| c.timeout()) {
                             t = t.min(c);
                         }
+                        if let Some(d) = self.dp.as_ref().filter(|_| ring.is_some()) {
+                            armed = true;
+                            match d.plane.before_sleep() {
+                                RingSleep::Armed => {}
+                                RingSleep::Ready => t = Duration::ZERO,
+                                RingSleep::Nap(n) => t = t.min(n),
+                            }
+                        }
                         timeout = Some(t);
                     }
                 }
             }
-            if sleep || clients.is_some() || fast.is_some() {
+            if sleep || clients.is_some() || fast.is_some() || ring.is_some() {
                 if let Err(e) = poll.poll(&mut events, timeout) {
                     if e.kind() != std::io::ErrorKind::Interrupted {
                         return Err(Fatal(format!("the replica loop's poll failed: {e}")));
                     }
                 }
                 bell.awake();
+                if armed {
+                    if let Some(d) = self.dp.as_ref() {
+                        d.plane.after_sleep();
+                    }
+                }
                 // Time first, here too: the process may have been stopped or starved in the
                 // poll, and a request read now must not be served with the clock of before
                 // (a lease read from a lease that expired meanwhile).
@@ -1095,7 +1118,7 @@ impl<S: StateMachine> Replica<S> {
                 let mut n = 0;
                 for ev in events.iter() {
                     match (ev.token(), clients.as_mut(), fast.as_mut()) {
-                        (BELL, _, _) => {}
+                        (BELL | RING, _, _) => {}
                         (FAST, _, Some(f)) => f.on_readable(),
                         (_, Some(c), _) => {
                             n += 1;
@@ -1105,6 +1128,13 @@ impl<S: StateMachine> Replica<S> {
                     }
                 }
                 stall(self.cfg.id, t, || format!("{n} socket events"));
+                if ring.is_some() {
+                    // Every turn, whatever woke the loop: records of the data plane's own
+                    // inputs (acks, appends) do not wake a loop that is awake.
+                    let t = Instant::now();
+                    self.on_ring();
+                    stall(self.cfg.id, t, || "the ring".into());
+                }
                 if let Some(f) = fast.as_mut() {
                     let t = Instant::now();
                     self.read_fast(f);
