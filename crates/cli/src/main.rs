@@ -223,6 +223,8 @@ fn sim(a: SimArgs) -> ExitCode {
         total.writes_acked += s.writes_acked;
         total.writes_acked_by_dataplane += s.writes_acked_by_dataplane;
         total.writes_acked_by_host_reply += s.writes_acked_by_host_reply;
+        total.fast_reads_sent += s.fast_reads_sent;
+        total.fast_reads_passed_up += s.fast_reads_passed_up;
         total.batch_writes_acked += s.batch_writes_acked;
         total.dataplane_enables += s.dataplane_enables;
         total.dataplane_disables += s.dataplane_disables;
@@ -272,14 +274,14 @@ fn sim(a: SimArgs) -> ExitCode {
         }
     }
     println!(
-        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane, {} ordered by it and answered by its host, {} in batch entries), {} data-plane enables, {} disables ({} for large writes), {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed ({} pieces delivered, {} dropped as duplicate or out of order, {} transfers abandoned unfinished), {} retransmitted entries, {} ring records out of order, {} appends held and pushed again, {} fast-path rejects, {} requests forwarded to the leader, {} timed out, {} proposals held back by a leader's bound ({} for the data plane's in-flight bound), {} reads ({} checked against acknowledged writes, {} served after their read index applied, {} refused a ReadIndex, {} batched behind another read's entry), {} keepalive messages from paused replicas, {} ticks resumed followers did not count (before their data plane last heard the leader), {} stalled ticks at which a timeout stood at its last tick; the slowest recovery after the heal took {} ms (seed {slowest})",
+        "checked {} seeds ({} nodes, durability {dname}, data plane {dp}) in {:.1}s: {} events, {} of {} writes acknowledged ({} by the data plane, {} ordered by it and answered by its host, {} in batch entries), {} data-plane enables, {} disables ({} for large writes), {} crashes ({} lost logs), {} pauses, {} partitions, {} loss bursts, {} membership changes, {} leader transfers, {} leaders deposed after election, {} snapshots installed ({} pieces delivered, {} dropped as duplicate or out of order, {} transfers abandoned unfinished), {} retransmitted entries, {} ring records out of order, {} appends held and pushed again, {} fast-path rejects, {} requests forwarded to the leader, {} timed out, {} proposals held back by a leader's bound ({} for the data plane's in-flight bound), {} reads ({} sent to a fast-path port, {} of those passed up to a host; {} checked against acknowledged writes, {} served after their read index applied, {} refused a ReadIndex, {} batched behind another read's entry), {} keepalive messages from paused replicas, {} ticks resumed followers did not count (before their data plane last heard the leader), {} stalled ticks at which a timeout stood at its last tick; the slowest recovery after the heal took {} ms (seed {slowest})",
         reports.len(), a.nodes, started.elapsed().as_secs_f64(), total.events, total.writes_acked, total.writes_sent,
         total.writes_acked_by_dataplane, total.writes_acked_by_host_reply, total.batch_writes_acked, total.dataplane_enables, total.dataplane_disables, total.dataplane_disables_large, total.crashes, total.lost_logs,
         total.pauses, total.partitions, total.loss_bursts, total.membership_changes, total.transfers,
         total.deposed, total.snapshots_installed, total.snapshot_pieces, total.snapshot_pieces_dropped,
         total.snapshot_transfers_abandoned, total.retransmissions, total.ring_reordered,
         total.held_appends, total.fast_rejects, total.forwarded, total.request_timeouts, total.held_back, total.dataplane_busy,
-        total.reads_sent, total.reads_checked, total.reads_served, total.reads_refused, total.reads_batched, total.keepalives,
+        total.reads_sent, total.fast_reads_sent, total.fast_reads_passed_up, total.reads_checked, total.reads_served, total.reads_refused, total.reads_batched, total.keepalives,
         total.ticks_not_counted, total.timeouts_held, total.recovery_us / 1_000
     );
     println!("seeds={} violations={violations}", reports.len());

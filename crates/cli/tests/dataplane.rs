@@ -710,6 +710,55 @@ fn netns_cluster(dataplane: &str) {
             );
         }
     }
+    garbage_on_the_fast_path_ports(&n);
+}
+
+/// Bad input read where the data plane passes it up (the replica loop reads the `xdp` socket,
+/// the `udp` thread its own): random bytes and a datagram longer than any fast-path packet, on
+/// every replica's fast-path port. Never answered, counted (`client_errors` or
+/// `frames_rejected`), and every replica serves on.
+fn garbage_on_the_fast_path_ports(n: &UpNodes) {
+    let bad = |s: &Status| s.counters.client_errors + s.counters.frames_rejected;
+    let before: Vec<u64> = statuses(&n.admin)
+        .expect("status")
+        .iter()
+        .map(bad)
+        .collect();
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    const EACH: u64 = 21;
+    for &c in &n.client {
+        for seed in 1..EACH {
+            let g = common::garbage(seed, 16 + seed as usize * 60);
+            sock.send_to(&g, c).expect("send");
+        }
+        sock.send_to(&[0xa5; 3000], c)
+            .expect("send an oversize datagram");
+    }
+    let mut buf = [0u8; 2048];
+    if let Ok((len, from)) = sock.recv_from(&mut buf) {
+        panic!("{from} answered garbage with {len} bytes");
+    }
+    wait_for("the garbage counted at every replica", ENABLE_WAIT, || {
+        let sts = statuses(&n.admin)?;
+        let short: Vec<String> = sts
+            .iter()
+            .zip(&before)
+            .filter(|(s, &b)| bad(s) < b + EACH)
+            .map(|(s, &b)| format!("n{}: {} of {EACH}", s.id, bad(s) - b))
+            .collect();
+        if short.is_empty() {
+            Ok(())
+        } else {
+            Err(short.join(", "))
+        }
+    });
+    for (i, &c) in n.client.iter().enumerate() {
+        let mut one = native(&[c]);
+        one.set(b"after-garbage", b"ok")
+            .unwrap_or_else(|e| panic!("set at n{} after garbage: {e}", n.ids[i]));
+    }
 }
 
 /// The names of process `pid`'s threads.

@@ -134,7 +134,9 @@ static __always_inline void fp_on_client_request(struct fp_registers *r,
 	__u64 prev_index, prev_term;
 	int self;
 
-	if (!r->is_leader) { /* l.11-12: not ours to order */
+	if (!r->is_leader || (in->flags & FP_F_READ)) {
+		/* l.11-12: not ours to order. A read is not ordered either: the host serves it,
+		 * reads batched behind one entry (issue 13: never an entry per read). */
 		out->actions = FP_ACT_TO_HOST;
 		return;
 	}

@@ -31,6 +31,7 @@
 /* Header flags (bytes 6-7). */
 #define FP_F_BLIND_WRITE 1 /* a write whose reply does not read state */
 #define FP_F_HEARTBEAT 2   /* empty entry pushed by the leader while idle */
+#define FP_F_READ 4        /* a client's read: the leader's host serves it, not the log */
 
 /* fp_parse() errors, checked in this order. */
 #define FP_ERR_SHORT (-1)    /* buffer shorter than FP_HDR_LEN */

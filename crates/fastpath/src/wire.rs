@@ -18,6 +18,10 @@ pub const GROUP: u32 = 1;
 pub const F_BLIND_WRITE: u16 = 1;
 /// Header flag: an empty entry pushed by the leader while idle (`FP_F_HEARTBEAT`).
 pub const F_HEARTBEAT: u16 = 2;
+/// Header flag: a client's read (`FP_F_READ`). The handler passes it to the host, which
+/// serves it linearizably with reads batched behind one entry (`docs/handoff.md` "Reads
+/// while On"): a read is never an entry of its own.
+pub const F_READ: u16 = 4;
 
 /// Type byte of a client's operation to the leader (`FP_CLIENT_REQUEST`).
 pub const CLIENT_REQUEST: u8 = MsgType::ClientRequest as u8;
@@ -183,7 +187,7 @@ pub struct Header {
     /// Message type (C field `type`): [`CLIENT_REQUEST`] ... [`CLIENT_REPLY`] in a valid packet
     /// (see [`MsgType`]).
     pub kind: u8,
-    /// [`F_BLIND_WRITE`], [`F_HEARTBEAT`].
+    /// [`F_BLIND_WRITE`], [`F_HEARTBEAT`], [`F_READ`].
     pub flags: u16,
     /// Replication group; a packet of another group goes to the host untouched.
     pub group_id: u32,

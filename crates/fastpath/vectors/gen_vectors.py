@@ -19,7 +19,7 @@ HDR_FMT = "<IBBHIHHQQQQQQ"
 assert struct.calcsize(HDR_FMT) == 64
 HDR_FIELDS = ["magic", "version", "type", "flags", "group_id", "len", "reserved",
               "term", "from", "index", "log_term", "commit", "seq"]
-F_BLIND_WRITE, F_HEARTBEAT = 1, 2
+F_BLIND_WRITE, F_HEARTBEAT, F_READ = 1, 2, 4
 R_DEFER_ACK = 1
 GROUP = 7
 
@@ -187,6 +187,10 @@ case("client_request_single_node_defer_ack",
      ["RING_ENTRY", "BROADCAST"], upd(b, last_index=11),
      out_fields=out(entry_index=11, entry_term=5),
      msg=hdr("APPEND", len=4, term=5, from_=1, index=10, log_term=5, commit=10, seq=6))
+case("client_request_read_at_leader",
+     "A client's read (FP_F_READ) is not ordered by the leader's handler: the host serves it, "
+     "reads batched behind one entry (issue 13). Registers untouched, no ring entry, no APPEND.",
+     LEADER3, hdr("CLIENT_REQUEST", flags=F_READ, from_=1001, seq=44, len=16), ["TO_HOST"], LEADER3)
 case("client_request_at_follower", "l.11-12: not the leader, so software answers (redirect).",
      FOLLOWER3, hdr("CLIENT_REQUEST", from_=1001, seq=1, len=8), ["TO_HOST"], FOLLOWER3)
 b = upd(LEADER3, self_id=4, leader_id=4)

@@ -61,6 +61,19 @@ pub fn is_blind_write(op: &Op) -> bool {
     )
 }
 
+/// The header flags of a request for `op`: a blind write the data plane may answer itself;
+/// a read the leader's data plane passes to its host, which serves reads batched behind one
+/// entry instead of ordering each (`fp::F_READ`).
+pub fn request_flags(op: &Op) -> u16 {
+    if is_blind_write(op) {
+        fp::F_BLIND_WRITE
+    } else if op.is_read_only() {
+        fp::F_READ
+    } else {
+        0
+    }
+}
+
 /// Encodes a request datagram; fails if the operation does not fit one datagram.
 pub fn encode_request(client: u64, seq: u64, op: &Op) -> Result<Vec<u8>, ProtoError> {
     let mut command = Vec::new();
@@ -82,11 +95,7 @@ pub fn encode_request(client: u64, seq: u64, op: &Op) -> Result<Vec<u8>, ProtoEr
     }
     let hdr = fp::Header {
         kind: fp::CLIENT_REQUEST,
-        flags: if is_blind_write(op) {
-            fp::F_BLIND_WRITE
-        } else {
-            0
-        },
+        flags: request_flags(op),
         from: client,
         seq,
         len: payload.len() as u16,
@@ -250,7 +259,7 @@ mod envelope_tests {
     use super::*;
 
     #[test]
-    fn only_unconditional_stores_are_blind() {
+    fn only_unconditional_stores_are_blind_and_reads_are_flagged() {
         let set = |cond, get_old| Op::Set {
             key: b"k".to_vec(),
             value: b"v".to_vec(),
@@ -274,6 +283,13 @@ mod envelope_tests {
                 delta: 1
             }),
             0
+        );
+        // A read is flagged: the leader's data plane passes it up instead of ordering it.
+        assert_eq!(
+            flags(&Op::Get {
+                keys: vec![b"k".to_vec()]
+            }),
+            fp::F_READ
         );
     }
 

@@ -134,6 +134,10 @@ pub struct Stats {
     /// ReadIndex reads started (a replica whose data plane is on, or that knows no leader,
     /// refuses at once; those are not counted).
     pub reads_sent: u64,
+    /// Of those, sent to a fast-path port as native clients send them (`F_READ`).
+    pub fast_reads_sent: u64,
+    /// Of those, passed to a host (by a data plane, or a replica without one).
+    pub fast_reads_passed_up: u64,
     /// Reads given a read index, each checked against the writes acknowledged before it.
     pub reads_checked: u64,
     /// Of those, reads served once their replica applied the read index.
@@ -417,6 +421,42 @@ fn fast_payload(w: u64) -> Vec<u8> {
     .encode()
 }
 
+/// The first word of a native read's command in the simulation.
+const FAST_READ_MAGIC: u64 = 0x6461_6572_665f_7277; // "wr_fread"
+
+/// A native client's read `r` to the fast path, begun when `floor` was the checker's read
+/// floor (carried in the command, so that it is checked against the writes acknowledged
+/// before it began, whenever the host serves it).
+fn fast_read(r: u64, floor: Index) -> Packet {
+    let mut command = FAST_READ_MAGIC.to_le_bytes().to_vec();
+    command.extend_from_slice(&r.to_le_bytes());
+    command.extend_from_slice(&floor.to_le_bytes());
+    let payload = Envelope {
+        origin: 0,
+        req: 0,
+        client: CLIENT,
+        seq: r,
+        now_ms: 0,
+        command,
+    }
+    .encode();
+    let hdr = fp::Header {
+        kind: fp::CLIENT_REQUEST,
+        flags: fp::F_READ,
+        from: CLIENT,
+        seq: r,
+        len: payload.len() as u16,
+        ..fp::Header::new(u64::from(GROUP_ID))
+    };
+    Packet::Fast(hdr, payload)
+}
+
+/// The read and its floor in a command of [`fast_read`]'s.
+fn fast_read_of(command: &[u8]) -> Option<(u64, Index)> {
+    let word = |i: usize| u64::from_le_bytes(command[i * 8..i * 8 + 8].try_into().unwrap());
+    (command.len() == 24 && word(0) == FAST_READ_MAGIC).then(|| (word(1), word(2)))
+}
+
 /// A native client's blind write `w` to the fast path.
 fn fast_write(w: u64) -> Packet {
     let payload = fast_payload(w);
@@ -437,6 +477,12 @@ fn write_id(data: &[u8]) -> Option<u64> {
     let command = EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command);
     (command.len() == 16 || command.len() == LARGE_WRITE)
         .then(|| u64::from_le_bytes(command[..8].try_into().unwrap()))
+}
+
+/// Whether `seed`'s clients send half their reads to the fast-path port (`F_READ`, as native
+/// clients do) rather than to a replica's host.
+fn fast_reads(seed: u64) -> bool {
+    (seed >> 7) & 1 == 1
 }
 
 /// The first word of a batch command.
@@ -1172,7 +1218,10 @@ impl World {
                     }
                     Ok(env) => {
                         // A native client's: the front-end submits its command.
-                        if let Some(w) = write_id(payload) {
+                        if let Some((r, floor)) = fast_read_of(env.command) {
+                            self.stats.fast_reads_passed_up += 1;
+                            self.submit(id, r.to_le_bytes().to_vec(), Op::Read { id: r, floor });
+                        } else if let Some(w) = write_id(payload) {
                             self.submit(id, env.command.to_vec(), Op::Write(w));
                         }
                     }
@@ -1447,6 +1496,21 @@ impl World {
         self.next_read += 1;
         self.stats.reads_sent += 1;
         let floor = self.checker.read_floor();
+        if fast_reads(self.seed) && r % 2 == 1 {
+            // Half the reads come as native clients send them, to the fast-path port with
+            // `F_READ`: the data plane passes them to the host (the real handler decides).
+            // No draw from the seed's random stream.
+            self.stats.fast_reads_sent += 1;
+            self.schedule(
+                20,
+                Ev::Deliver {
+                    from: CLIENT,
+                    to: id,
+                    pkt: fast_read(r, floor),
+                },
+            );
+            return;
+        }
         self.submit(id, r.to_le_bytes().to_vec(), Op::Read { id: r, floor });
         self.drive(id);
     }
@@ -2304,6 +2368,15 @@ impl ReadyIo for SimIo<'_> {
                 continue;
             };
             let done = Outcome::Applied(Vec::new());
+            if env.origin == 0 && fast_read_of(env.command).is_some() {
+                self.checker.report(
+                    now,
+                    format!(
+                        "node {id}: entry {} holds a native client's read: a data plane ordered it",
+                        e.index
+                    ),
+                );
+            }
             if env.origin == 0 {
                 // A native client's request that a leader's data plane ordered: this leader's
                 // host answers it unless the data plane did (the node's `answer_fast_client`).
