@@ -407,18 +407,37 @@ fn clients_stay(seed: u64) -> bool {
     (seed >> 4) & 1 == 1
 }
 
-/// What a native client sends for blind write `w`: an envelope of origin 0 in session
-/// ([`CLIENT`], `w`) around the write, as `waverunner_client` does.
-fn fast_payload(w: u64) -> Vec<u8> {
+/// What a native client sends as request `seq` of its session ([`CLIENT`]): `command` in an
+/// envelope of origin 0 (the entry data a data plane orders), as `waverunner_client` does.
+fn native_payload(seq: u64, command: Vec<u8>) -> Vec<u8> {
     Envelope {
         origin: 0,
         req: 0,
         client: CLIENT,
-        seq: w,
+        seq,
         now_ms: 0,
-        command: write_payload(w),
+        command,
     }
     .encode()
+}
+
+/// A native client's request `seq` to the fast path, with header `flags`.
+fn native_request(seq: u64, command: Vec<u8>, flags: u16) -> Packet {
+    let payload = native_payload(seq, command);
+    let hdr = fp::Header {
+        kind: fp::CLIENT_REQUEST,
+        flags,
+        from: CLIENT,
+        seq,
+        len: payload.len() as u16,
+        ..fp::Header::new(u64::from(GROUP_ID))
+    };
+    Packet::Fast(hdr, payload)
+}
+
+/// The entry data of a native client's blind write `w`.
+fn fast_payload(w: u64) -> Vec<u8> {
+    native_payload(w, write_payload(w))
 }
 
 /// The first word of a native read's command in the simulation.
@@ -431,24 +450,7 @@ fn fast_read(r: u64, floor: Index) -> Packet {
     let mut command = FAST_READ_MAGIC.to_le_bytes().to_vec();
     command.extend_from_slice(&r.to_le_bytes());
     command.extend_from_slice(&floor.to_le_bytes());
-    let payload = Envelope {
-        origin: 0,
-        req: 0,
-        client: CLIENT,
-        seq: r,
-        now_ms: 0,
-        command,
-    }
-    .encode();
-    let hdr = fp::Header {
-        kind: fp::CLIENT_REQUEST,
-        flags: fp::F_READ,
-        from: CLIENT,
-        seq: r,
-        len: payload.len() as u16,
-        ..fp::Header::new(u64::from(GROUP_ID))
-    };
-    Packet::Fast(hdr, payload)
+    native_request(r, command, fp::F_READ)
 }
 
 /// The read and its floor in a command of [`fast_read`]'s.
@@ -459,16 +461,7 @@ fn fast_read_of(command: &[u8]) -> Option<(u64, Index)> {
 
 /// A native client's blind write `w` to the fast path.
 fn fast_write(w: u64) -> Packet {
-    let payload = fast_payload(w);
-    let hdr = fp::Header {
-        kind: fp::CLIENT_REQUEST,
-        flags: fp::F_BLIND_WRITE,
-        from: CLIENT,
-        seq: w,
-        len: payload.len() as u16,
-        ..fp::Header::new(u64::from(GROUP_ID))
-    };
-    Packet::Fast(hdr, payload)
+    native_request(w, write_payload(w), fp::F_BLIND_WRITE)
 }
 
 /// The write in entry data: the command in its envelope (a native client's, as the data plane
