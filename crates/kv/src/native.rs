@@ -41,6 +41,9 @@ pub struct Request {
     pub seq: u64,
     /// The operation.
     pub op: Op,
+    /// The operation as the envelope carries it (`codec::encode_op`'s bytes): what an entry
+    /// holds, so a replica proposing it need not encode it again.
+    pub command: Vec<u8>,
     /// Non-zero: a replica's forward (replicas forward over TCP, so the native front-end
     /// refuses such a datagram as bad input); 0: sent by a client.
     pub origin: u64,
@@ -126,6 +129,7 @@ pub fn decode_request(pkt: &[u8]) -> Result<Request, ProtoError> {
         client: env.client,
         seq: env.seq,
         op,
+        command: env.command.to_vec(),
         origin: env.origin,
         req: env.req,
     })
@@ -213,6 +217,11 @@ mod tests {
             Request {
                 client: 7,
                 seq: 9,
+                command: {
+                    let mut c = Vec::new();
+                    crate::codec::encode_op(&op, &mut c);
+                    c
+                },
                 op,
                 origin: 0,
                 req: 0,

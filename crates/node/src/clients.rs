@@ -68,6 +68,13 @@ impl Propose for Handle {
     }
 }
 
+/// A shared handle proposes through the queue too (no clone per request).
+impl Propose for &Handle {
+    fn submit(&mut self, s: Submit) {
+        Handle::submit(self, s)
+    }
+}
+
 /// An event-driven client front-end the replica loop (or a thread of its own) drives.
 pub trait ClientLoop: Send + 'static {
     /// Registers its sockets on `registry` with tokens from [`FIRST_TOKEN`] on; `handle` is the

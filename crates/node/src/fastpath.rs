@@ -29,6 +29,8 @@ pub struct Opened {
     pub host: DpHost,
     /// The flag its ring wake-ups coalesce on (the loop clears it when it drains the ring).
     pub wake_pending: Arc<AtomicBool>,
+    /// A handle on its fast-path socket, for the application's replies from that port.
+    pub socket: UdpSocket,
     /// `xdp`: the fast-path socket, which the replica loop reads itself. `None` (`udp`): the
     /// data plane's thread queues what it passes up ([`Event::Fast`]; requests through the
     /// replica's queue).
@@ -81,7 +83,7 @@ pub fn open(
         let (requests, handle) = (client_requests.clone(), handle.clone());
         Some(Arc::new(move |src: SocketAddr, pkt: &[u8]| {
             match (&requests, is_client_request(pkt)) {
-                (Some(f), true) => f(src, pkt, &mut handle.clone()),
+                (Some(f), true) => f(src, pkt, &mut &handle),
                 _ => {
                     let _ = tx.try_send(Event::Fast(src, pkt.to_vec(), Instant::now()));
                 }
@@ -113,11 +115,12 @@ pub fn open(
         }
         DataPlaneKind::Off => return Err("no data plane configured".into()),
     };
+    let share = |r: io::Result<UdpSocket>| {
+        r.map_err(|e| format!("cannot share the {} data plane's socket: {e}", plane.kind()))
+    };
+    let socket = share(plane.socket())?;
     let port = if loop_reads {
-        let sock = plane
-            .socket()
-            .map_err(|e| format!("cannot share the {} data plane's socket: {e}", plane.kind()))?;
-        Some(FastPort::new(sock, client_requests))
+        Some(FastPort::new(share(socket.try_clone())?, client_requests))
     } else {
         None
     };
@@ -125,6 +128,7 @@ pub fn open(
     Ok(Opened {
         host: DataPlaneHost::new(plane, cfg.id, fp::GROUP, defer_acks),
         wake_pending,
+        socket,
         port,
     })
 }

@@ -205,12 +205,6 @@ pub fn start_replica_with<S: StateMachine>(
     } else {
         let o = fastpath::open(&cfg, tx.clone(), &handle, blind_reply_body, client_requests)
             .map_err(StartError)?;
-        let sock = o.host.plane.socket().map_err(|e| {
-            StartError(format!(
-                "cannot share the {} data plane's socket: {e}",
-                o.host.plane.kind()
-            ))
-        })?;
         if let Some(p) = &o.port {
             p.register(poll.registry()).map_err(|e| {
                 StartError(format!(
@@ -224,7 +218,7 @@ pub fn start_replica_with<S: StateMachine>(
             o.host.plane.kind(),
             cfg.listen.client
         );
-        (Some((o.host, o.wake_pending)), Some(sock), o.port)
+        (Some((o.host, o.wake_pending)), Some(o.socket), o.port)
     };
     let keepalive = Arc::new(replica::KeepAlive::default());
     {

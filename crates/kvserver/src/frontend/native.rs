@@ -16,7 +16,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use mio::{Interest, Registry, Token};
-use waverunner_kv::codec::encode_op;
 use waverunner_mmsg as mmsg;
 
 use super::Mailbox;
@@ -68,13 +67,11 @@ fn request(
         handle.client_error();
         return None;
     }
-    let mut command = Vec::new();
-    encode_op(&req.op, &mut command);
     let (h, seq) = (handle.clone(), req.seq);
     Some(Submit {
         client: req.client,
         seq: req.seq,
-        command,
+        command: req.command,
         decoded: Some(Box::new(req.op)),
         reply: Box::new(move |r| {
             let leader = h.leader();
