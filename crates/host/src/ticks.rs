@@ -35,9 +35,11 @@ pub struct Replay {
     /// Ticks counted at most in one gap.
     cap: u64,
     /// Whether these ticks passed in a stall (counted a tick or more after the loop meant to):
-    /// they are counted with [`Raft::tick_stalled`], so no timeout against a peer expires
+    /// they are counted with [`Raft::tick_stalled_nth`], so no timeout against a peer expires
     /// before the second on-time tick.
     stalled: bool,
+    /// Ticks counted so far: the place of the next in this stall.
+    counted: u64,
 }
 
 /// Ticks beyond two election timeouts would only repeat heartbeats: every timer has expired.
@@ -55,6 +57,7 @@ impl Replay {
             remaining: ticks,
             cap: cap.max(1),
             stalled: true,
+            counted: 0,
         }
     }
 
@@ -63,14 +66,16 @@ impl Replay {
         self.stalled
     }
 
-    /// Counts `n` of these ticks on `raft` (as stalled ticks if they passed in a stall).
-    pub fn count(&self, raft: &mut Raft, n: u64) {
+    /// Counts `n` of these ticks on `raft` (as stalled ticks if they passed in a stall, each
+    /// with its place in the stall).
+    pub fn count(&mut self, raft: &mut Raft, n: u64) {
         for _ in 0..n {
             if self.stalled {
-                raft.tick_stalled();
+                raft.tick_stalled_nth(self.counted);
             } else {
                 raft.tick();
             }
+            self.counted += 1;
         }
     }
 

@@ -987,7 +987,7 @@ impl<S: StateMachine> Replica<S> {
             },
             &mut replay,
         );
-        self.on_tick(&replay);
+        self.on_tick(&mut replay);
         let ka = &self.keepalive;
         ka.last_tick_ms.store(ka.now_ms(), Ordering::Relaxed);
         // A leader's heartbeats (none while an enabled data plane carries them), a follower's
@@ -1432,13 +1432,14 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// The last ticks of `replay` (the one due now at least).
-    fn on_tick(&mut self, replay: &Replay) {
+    fn on_tick(&mut self, replay: &mut Replay) {
         debug_assert!(replay.rest() >= 1);
         let now = self.now();
         if let Some(d) = self.dp.as_mut() {
             d.on_tick(&mut self.raft, now);
         }
-        replay.count(&mut self.raft, replay.rest());
+        let rest = replay.rest();
+        replay.count(&mut self.raft, rest);
         self.admin_pending.on_tick(self.now());
         self.answer_admin();
         let mut cx = cx!(self);

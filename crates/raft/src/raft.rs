@@ -103,8 +103,10 @@ pub struct Raft {
     /// Ticks since start (lease bookkeeping).
     pub(crate) now: u64,
     /// Ticks in a row a timeout has been held at its last tick (at most
-    /// [`Raft::max_stall_hold`]).
+    /// [`Raft::max_stall_hold`]), of those that count towards the bound.
     stall_held: u32,
+    /// The place of the tick being counted in its stall ([`Raft::tick_stalled_nth`]).
+    stall_nth: u64,
     /// The last tick was a stalled one: the next on-time tick holds as a stalled one does.
     after_stall: bool,
     rng: u64,
@@ -199,6 +201,7 @@ impl Raft {
             randomized_timeout: config.election_tick,
             now: 0,
             stall_held: 0,
+            stall_nth: 0,
             after_stall: false,
             rng,
             msgs: Vec::new(),
@@ -721,12 +724,27 @@ impl Raft {
     /// stake: a follower that holds is more loyal to its leader, which keeps a lease
     /// conservative.
     pub fn tick_stalled(&mut self) {
-        self.after_stall = true;
-        self.step_tick(true);
+        self.tick_stalled_nth(0);
     }
 
-    /// The most ticks in a row a timeout is held at its last tick: two election timeouts, the
-    /// most a stall's replay counts in a row.
+    /// [`Raft::tick_stalled`] for the tick at place `nth` (from 0) of one stall's replay.
+    ///
+    /// Only a stall's first election timeout of ticks counts towards the bound on holding
+    /// ([`Raft::max_stall_hold`]). The bound is for a loop late at every tick, whose every
+    /// stall is short; one long stall is one event, however many ticks it counts. Counted
+    /// whole, a replay whose gaps between frames (clients' requests, which restart no timer)
+    /// summed past the bound expired a follower's timeout at resume, before the leader that
+    /// stalled with it could be heard (the simulator's whole-cluster pause, seed 160).
+    pub fn tick_stalled_nth(&mut self, nth: u64) {
+        self.after_stall = true;
+        self.stall_nth = nth;
+        self.step_tick(true);
+        self.stall_nth = 0;
+    }
+
+    /// The most ticks in a row a timeout is held at its last tick, of those that count
+    /// towards it (a stall counts at most an election timeout of them, and the first on-time
+    /// tick after it one more): two election timeouts and one.
     pub fn max_stall_hold(&self) -> u32 {
         2 * self.cfg.election_tick + 1
     }
@@ -740,7 +758,9 @@ impl Raft {
             self.stall_held = 0;
             return elapsed;
         }
-        self.stall_held += 1;
+        if self.stall_nth < u64::from(self.cfg.election_tick) {
+            self.stall_held += 1;
+        }
         debug_assert!(self.stall_held <= self.max_stall_hold());
         self.counters.timeouts_held_in_stall += 1;
         limit - 1
@@ -811,7 +831,13 @@ impl Raft {
             self.heartbeat_elapsed = 0;
             self.bcast_heartbeat();
         }
-        self.maybe_enable_dataplane();
+        // Not in a stall's replay, nor at the on-time tick after it: what shows the followers
+        // synchronized and active is from before the stall, and a campaign started at a
+        // replayed tick has its election timer run down by the ticks replayed after it (a
+        // leader lost its term so at resume: the simulator's whole-cluster pause, seed 305).
+        if !stalled {
+            self.maybe_enable_dataplane();
+        }
     }
 
     /// A voter that restarted without its log in this very term finishes recovery only with

@@ -152,3 +152,74 @@ fn a_followers_keepalive_answer_keeps_its_leader_but_renews_no_lease() {
         "a lease read from keepalive answers alone"
     );
 }
+
+/// One long stall is one event: however many ticks its replay counts (here 60, in gaps
+/// between clients' requests, which restart no timer), only its first election timeout of
+/// them counts towards the bound on holding. The follower waits for its leader's heartbeat
+/// until the second on-time tick, as after a short stall. Counted whole, the bound expired
+/// its timeout at resume (the simulator's whole-cluster pause, seed 160).
+#[test]
+fn a_long_stall_holds_a_timeout_to_its_end() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    let pre = net.r(2).counters().pre_elections;
+    for nth in 0..60 {
+        net.rm(2).tick_stalled_nth(nth);
+    }
+    net.rm(2).tick(); // the first on-time tick
+    assert!(net.collect().is_empty(), "no campaign inside the stall");
+    assert_eq!(net.r(2).counters().pre_elections, pre);
+    assert!(net.r(2).counters().timeouts_held_in_stall > u64::from(net.r(2).max_stall_hold()));
+    net.tick_only(&[1], 5); // the leader's heartbeat
+    net.tick_only(&[2], 1);
+    assert_eq!(net.r(2).counters().pre_elections, pre);
+    assert_eq!(net.r(2).leader(), 1);
+}
+
+/// Stalls back to back, each a replay of its own, still time out a dead leader: every stall
+/// counts its first election timeout of ticks towards the bound (of two and one), so by the
+/// fourth it has expired.
+#[test]
+fn stalls_back_to_back_still_time_out_a_dead_leader() {
+    let mut net = Net::new(&[1, 2, 3]);
+    net.elect(1);
+    net.isolate(1);
+    for _ in 0..4 {
+        for nth in 0..30 {
+            net.rm(2).tick_stalled_nth(nth);
+        }
+    }
+    assert!(net.r(2).counters().pre_elections > 0);
+}
+
+/// A leader does not start enabling its data plane (a campaign in a new term) from a stall's
+/// ticks, nor at the on-time tick after it: that its followers are synchronized and active is
+/// known from before the stall, and the ticks replayed after a campaign's start run its
+/// election timer down. Started so, the campaign timed out at resume and the leader lost its
+/// term (the simulator's whole-cluster pause, seed 305). It enables once it has heard its
+/// followers again.
+#[test]
+fn a_leader_enables_its_data_plane_only_on_time() {
+    let mut net = Net::with(&[1, 2, 3], |c| {
+        c.dataplane = true;
+        c.enable_backoff_ticks = 5;
+    });
+    net.elect(1);
+    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::Off);
+    for _ in 0..20 {
+        net.rm(1).tick_stalled();
+    }
+    net.rm(1).tick();
+    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::Off);
+    assert_eq!(net.r(1).counters().dataplane_enable_attempts, 0);
+    net.stabilize();
+    for _ in 0..12 {
+        net.tick(1);
+        if net.r(1).counters().dataplane_enable_attempts > 0 {
+            break;
+        }
+    }
+    net.stabilize();
+    assert_eq!(net.r(1).counters().dataplane_enable_attempts, 1);
+    assert_eq!(net.r(1).dataplane_state(), DataPlaneState::On { term: 2 });
+}
