@@ -44,7 +44,8 @@ pub const REORDER_SPAN: usize = 64;
 /// per this interval.
 pub const RETX_SPACING: Duration = Duration::from_millis(5);
 
-/// A held append whose gap has not filled after this long asks the leader to retransmit.
+/// A held append whose gap has not filled after this long asks the leader to retransmit; at
+/// most a fifth of the election timeout ([`DataPlaneHost::set_election_timeout`]).
 pub const HOLD_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// Entries retransmitted per retransmission request at most.
@@ -133,6 +134,9 @@ pub struct DataPlaneHost<P: DataPlane> {
     last_reject: Option<Time>,
     /// Follower: when this replica last asked the leader to retransmit.
     last_retx_ask: Option<Time>,
+    /// Follower: how long a held append waits for its gap to fill before it asks
+    /// ([`HOLD_TIMEOUT`] at most).
+    hold_timeout: Duration,
     /// Follower, at the last tick or stall's replay: when the data plane last heard the
     /// leader ([`DataPlane::leader_heard_ns`]).
     heard_at_tick: u64,
@@ -280,6 +284,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
             retx_sent: BTreeMap::new(),
             last_reject: None,
             last_retx_ask: None,
+            hold_timeout: HOLD_TIMEOUT,
             heard_at_tick: 0,
             reorder: BTreeMap::new(),
             commits: BTreeMap::new(),
@@ -287,6 +292,16 @@ impl<P: DataPlane> DataPlaneHost<P> {
             urgent: true,
             replies: Vec::new(),
         }
+    }
+
+    /// The replicas' election timeout (the shortest): a held append asks for its gap after a
+    /// fifth of it at most. The leader steps down when its data plane commits nothing for an
+    /// election timeout (`Raft`'s data-plane check-quorum), so a follower that waited longer
+    /// than that for a lost append, its peer too, cost the leader its term (the simulator,
+    /// whose 10 ms election timeout is half of [`HOLD_TIMEOUT`]: a whole-cluster pause, seed
+    /// 1833).
+    pub fn set_election_timeout(&mut self, election: Duration) {
+        self.hold_timeout = HOLD_TIMEOUT.min(election / 5);
     }
 
     /// Between ready batches (the replica loop and the simulator call it there): a follower
@@ -761,7 +776,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
         if !self.gap_before_held(last) {
             return; // the held appends continue the log: released between batches
         }
-        if self.held.len() > REORDER_SPAN || now.saturating_sub(oldest) >= HOLD_TIMEOUT {
+        if self.held.len() > REORDER_SPAN || now.saturating_sub(oldest) >= self.hold_timeout {
             self.ask_retransmit(raft, now);
         }
     }

@@ -125,8 +125,10 @@ pub fn open(
         None
     };
     let defer_acks = cfg.durability == DurabilityMode::Fsync;
+    let mut host = DataPlaneHost::new(plane, cfg.id, fp::GROUP, defer_acks);
+    host.set_election_timeout(std::time::Duration::from_millis(cfg.election_timeout_ms()));
     Ok(Opened {
-        host: DataPlaneHost::new(plane, cfg.id, fp::GROUP, defer_acks),
+        host,
         wake_pending,
         socket,
         port,

@@ -1687,6 +1687,9 @@ impl World {
         };
         let plane = SimDataPlane::new(id, reorder, hold_window);
         let mut h = DataPlaneHost::new(plane, id, GROUP_ID, defer_acks);
+        h.set_election_timeout(Duration::from_micros(
+            u64::from(self.config(id).election_tick) * TICK_US,
+        ));
         for &p in self.nodes.keys().chain(std::iter::once(&id)) {
             if p != id {
                 h.peers.insert(p, addr_of(p));
@@ -2489,16 +2492,16 @@ mod tests {
         w
     }
 
-    /// `SEEDS=a..b` (inclusive) in the environment, else `default`: a scenario test run over
-    /// more seeds than CI's.
-    fn seeds_from_env(default: std::ops::RangeInclusive<u64>) -> std::ops::RangeInclusive<u64> {
+    /// `SEEDS=a..b` (inclusive) in the environment, else `default` and the `found` seeds a
+    /// wider run once failed on: a scenario test run over more seeds than CI's.
+    fn seeds_from_env(default: std::ops::RangeInclusive<u64>, found: &[u64]) -> Vec<u64> {
         std::env::var("SEEDS")
             .ok()
             .and_then(|v| {
                 let (a, b) = v.split_once("..")?;
-                Some(a.parse().ok()?..=b.parse().ok()?)
+                Some((a.parse().ok()?..=b.parse().ok()?).collect())
             })
-            .unwrap_or(default)
+            .unwrap_or_else(|| default.chain(found.iter().copied()).collect())
     }
 
     /// Runs `w` for `us` simulated µs.
@@ -2603,7 +2606,7 @@ mod tests {
     #[test]
     fn a_cluster_paused_as_a_whole_keeps_its_leader() {
         let mut checked = 0;
-        for seed in seeds_from_env(1..=320) {
+        for seed in seeds_from_env(1..=320, &[1833, 5496]) {
             let mut w = quiet_world(seed);
             run_for(&mut w, 800_000);
             let Some(l) = w.leader() else { continue };
@@ -2640,6 +2643,14 @@ mod tests {
             run_for(&mut w, TICK_US / 2);
             w.resume(l);
             run_for(&mut w, 30 * TICK_US);
+            // The leader may be inside a campaign of its own, enabling its data plane: its
+            // outcome is what counts.
+            for _ in 0..10 {
+                if w.nodes[&l].raft.as_ref().unwrap().role() != Role::Candidate {
+                    break;
+                }
+                run_for(&mut w, TICK_US);
+            }
             assert_eq!(
                 state(&w),
                 before,
