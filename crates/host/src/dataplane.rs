@@ -92,6 +92,9 @@ pub struct HostStats {
     pub reordered: u64,
     /// Follower: retransmissions the host asked for (held appends waiting on a lost one).
     pub retx_asked: u64,
+    /// Leader: retransmission requests from behind what the follower has since acknowledged
+    /// (sent before the acks, read after them), not answered.
+    pub retx_outdated: u64,
     /// Fast-path REJECTs sent (appends this replica's software could not take).
     pub rejects_sent: u64,
     /// Packets passed up that were not valid fast-path packets of this group.
@@ -678,7 +681,7 @@ impl<P: DataPlane> DataPlaneHost<P> {
                 };
                 let _ = raft.step(m);
             }
-            fp::RETX_REQ => self.retransmit(raft, src, h.index, now),
+            fp::RETX_REQ => self.retransmit(raft, src, h.from, h.index, now),
             _ => {}
         }
     }
@@ -844,12 +847,31 @@ impl<P: DataPlane> DataPlaneHost<P> {
     }
 
     /// The leader answers a retransmission request from its log, staying enabled; a follower
-    /// behind the snapshot needs software (InstallSnapshot).
-    fn retransmit(&mut self, raft: &mut Raft, to: SocketAddr, follower_last: u64, now: Time) {
+    /// behind the snapshot needs software (InstallSnapshot). A request from behind what the
+    /// follower has acknowledged since (its match index in the data plane) is outdated: it
+    /// was sent before those acks and read after them (a leader's host reads the requests
+    /// that waited while it was stopped after the ring its data plane filled meanwhile). Not
+    /// answered: a gap still open is asked for again from where the follower stands. Taken
+    /// at its word, it handed a caught-up follower off to software when the log had been
+    /// compacted past it (the simulator's paused leader, seed 1054).
+    fn retransmit(
+        &mut self,
+        raft: &mut Raft,
+        to: SocketAddr,
+        follower: u64,
+        follower_last: u64,
+        now: Time,
+    ) {
         let DataPlaneState::On { term } = raft.dataplane_state() else {
             return;
         };
         if raft.role() != Role::Leader {
+            return;
+        }
+        let r = self.plane.registers();
+        let matched = r.slot_of(follower).map_or(0, |i| r.match_index[i]);
+        if follower_last < matched {
+            self.stats.retx_outdated += 1;
             return;
         }
         if follower_last + 1 < raft.first_index() {

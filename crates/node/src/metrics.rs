@@ -268,6 +268,8 @@ pub struct FastPathStatus {
     pub reordered: u64,
     /// Follower: retransmissions its host asked for (held appends waiting on a lost one).
     pub retx_asked: u64,
+    /// Leader: retransmission requests outdated by the follower's later acks, not answered.
+    pub retx_outdated: u64,
     /// Fast-path REJECTs this replica sent while its data plane was off.
     pub rejects_sent: u64,
     /// The data plane's own counters (summed over CPUs).
@@ -531,6 +533,11 @@ impl Status {
                 "dataplane_retx_asked_total",
                 "Retransmissions a follower's host asked for.",
                 f.retx_asked,
+            ),
+            (
+                "dataplane_retx_outdated_total",
+                "Retransmission requests outdated by the follower's later acks.",
+                f.retx_outdated,
             ),
             (
                 "dataplane_rejects_sent_total",

@@ -2072,6 +2072,7 @@ impl<S: StateMachine> Replica<S> {
             f.heartbeats = h.heartbeats;
             f.reordered = h.reordered;
             f.retx_asked = h.retx_asked;
+            f.retx_outdated = h.retx_outdated;
             f.rejects_sent = h.rejects_sent;
             f.handled = c.handled;
             f.punted = c.punted;

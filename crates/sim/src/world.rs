@@ -2539,10 +2539,20 @@ mod tests {
     /// leader out when it resumes. The ticks before its data plane's last append are not
     /// counted (the node's rule, `DataPlaneHost::skip_ticks_before_leader_heard`); counted,
     /// they outlast an election timeout and the follower campaigns, which hands off.
+    ///
+    /// Over seeds 1–3000, 4 hand off (2026-11-28): all with the hold window of 8, whose data
+    /// plane, behind a gap while its host is stopped, takes nothing more until a
+    /// retransmission; past this world's small snapshot periods (40–200 entries, the log kept
+    /// four of them for it) the leader's log no longer has what it lacks, and it needs a
+    /// snapshot, through software. No election, no term lost.
     #[test]
     fn a_follower_paused_while_its_data_plane_takes_appends_keeps_its_leader() {
         let mut checked = 0;
-        for seed in 1..=24 {
+        // Without large writes: each hands off and re-enables in a new term.
+        for seed in seeds_from_env(1..=32, &[])
+            .into_iter()
+            .filter(|&s| !large_writes(s))
+        {
             let mut w = quiet_world(seed);
             run_for(&mut w, 800_000);
             let Some(l) = w.leader() else { continue };
@@ -2679,7 +2689,10 @@ mod tests {
     #[test]
     fn a_follower_stuck_past_its_hold_window_keeps_its_leader() {
         let mut checked = 0;
-        for seed in (1..=400).filter(|s| s % 4 == 1 && !large_writes(*s)) {
+        for seed in seeds_from_env(1..=400, &[])
+            .into_iter()
+            .filter(|s| s % 4 == 1 && !large_writes(*s))
+        {
             let mut w = quiet_world(seed);
             run_for(&mut w, 800_000);
             let Some(l) = w.leader() else { continue };
@@ -2729,7 +2742,10 @@ mod tests {
     #[test]
     fn batch_entries_travel_through_the_data_plane_as_one_entry() {
         let mut checked = 0;
-        for seed in (1..=512).filter(|&s| batches(s) && !large_writes(s)) {
+        for seed in seeds_from_env(1..=512, &[])
+            .into_iter()
+            .filter(|&s| batches(s) && !large_writes(s))
+        {
             let mut w = quiet_world(seed);
             run_for(&mut w, 800_000);
             let Some(l) = w.leader() else { continue };
@@ -2799,7 +2815,10 @@ mod tests {
         // The seeds whose clients write to a paused leader and whose paused replicas'
         // keepalive threads run, without large writes (each hands off and re-enables in a new
         // term).
-        for seed in (1..=256).filter(|&s| clients_stay(s) && keepalive(s) && !large_writes(s)) {
+        for seed in seeds_from_env(1..=256, &[1054])
+            .into_iter()
+            .filter(|&s| clients_stay(s) && keepalive(s) && !large_writes(s))
+        {
             let mut w = quiet_world(seed);
             assert!(w.clients_stay && w.keepalive, "seed {seed}");
             run_for(&mut w, 800_000);
