@@ -297,7 +297,7 @@ mod tests {
                 Passed::Host => "host",
                 Passed::Oversize => "oversize",
             };
-            got.push((what, pkt.get(5).copied().unwrap_or(0)));
+            got.push((what, fp::Header::kind_of(pkt).unwrap_or(0)));
         });
         got
     }

@@ -11,7 +11,7 @@
 //! `dataplane_disabled` → `Off`, stashed messages replayed, the deviation's follow-up runs.
 
 use crate::errors::{ProposeError, StepError};
-use crate::raft::{Raft, STASH_BOUND};
+use crate::raft::{Raft, TickKind, STASH_BOUND};
 use crate::types::*;
 use std::collections::VecDeque;
 
@@ -237,7 +237,7 @@ impl Raft {
     }
 
     /// Tick while On.
-    pub(crate) fn tick_dataplane_on(&mut self, stalled: bool) {
+    pub(crate) fn tick_dataplane_on(&mut self, kind: TickKind) {
         if self.role == Role::Leader {
             self.dp.since_append += 1;
             if self.dp.since_append >= self.cfg.heartbeat_tick {
@@ -248,7 +248,7 @@ impl Raft {
             }
             self.dp.window_elapsed += 1;
             self.dp.window_elapsed =
-                self.hold_in_stall(stalled, self.dp.window_elapsed, self.cfg.election_tick);
+                self.hold_in_stall(kind, self.dp.window_elapsed, self.cfg.election_tick);
             if self.dp.window_elapsed >= self.cfg.election_tick {
                 let stuck =
                     self.dp.window_pushed > 0 && self.log.committed() == self.dp.window_commit;
@@ -266,7 +266,7 @@ impl Raft {
         } else {
             self.election_elapsed = self.election_elapsed.saturating_add(1);
             self.election_elapsed =
-                self.hold_in_stall(stalled, self.election_elapsed, self.randomized_timeout);
+                self.hold_in_stall(kind, self.election_elapsed, self.randomized_timeout);
             if self.election_elapsed >= self.randomized_timeout {
                 self.election_elapsed = 0;
                 if self.start_disable(DisableReason::ElectionTimeout) {

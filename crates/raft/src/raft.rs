@@ -16,6 +16,19 @@ use crate::types::*;
 use crate::votes::{VoteResult, VoteTracker};
 use std::collections::BTreeMap;
 
+/// How a tick passed, for the timeouts that act against a peer ([`Raft::tick_stalled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TickKind {
+    /// On time: a timeout expires at its limit.
+    OnTime,
+    /// In a stall, or the first on-time tick after one: a timeout stands at its last tick,
+    /// and the tick counts towards the bound on holding ([`Raft::max_stall_hold`]).
+    Stalled,
+    /// In a stall, past its first election timeout of ticks: a timeout stands, and the tick
+    /// does not count towards the bound ([`Raft::tick_stalled_nth`]).
+    StalledLong,
+}
+
 /// Event counters, for metrics and tests. All monotonically increasing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -105,8 +118,6 @@ pub struct Raft {
     /// Ticks in a row a timeout has been held at its last tick (at most
     /// [`Raft::max_stall_hold`]), of those that count towards the bound.
     stall_held: u32,
-    /// The place of the tick being counted in its stall ([`Raft::tick_stalled_nth`]).
-    stall_nth: u64,
     /// The last tick was a stalled one: the next on-time tick holds as a stalled one does.
     after_stall: bool,
     rng: u64,
@@ -201,7 +212,6 @@ impl Raft {
             randomized_timeout: config.election_tick,
             now: 0,
             stall_held: 0,
-            stall_nth: 0,
             after_stall: false,
             rng,
             msgs: Vec::new(),
@@ -705,8 +715,12 @@ impl Raft {
     /// that stalled with this replica have run again and been heard. The next one, a full tick
     /// later, does not.
     pub fn tick(&mut self) {
-        let after_stall = std::mem::take(&mut self.after_stall);
-        self.step_tick(after_stall);
+        let kind = if std::mem::take(&mut self.after_stall) {
+            TickKind::Stalled
+        } else {
+            TickKind::OnTime
+        };
+        self.step_tick(kind);
     }
 
     /// Advances logical time by one tick that passed while this replica could not run (its
@@ -737,9 +751,11 @@ impl Raft {
     /// stalled with it could be heard (the simulator's whole-cluster pause, seed 160).
     pub fn tick_stalled_nth(&mut self, nth: u64) {
         self.after_stall = true;
-        self.stall_nth = nth;
-        self.step_tick(true);
-        self.stall_nth = 0;
+        self.step_tick(if nth < u64::from(self.cfg.election_tick) {
+            TickKind::Stalled
+        } else {
+            TickKind::StalledLong
+        });
     }
 
     /// The most ticks in a row a timeout is held at its last tick, of those that count
@@ -749,16 +765,16 @@ impl Raft {
         2 * self.cfg.election_tick + 1
     }
 
-    /// A timeout's `elapsed` ticks against its `limit`, after a tick: held at its last tick
-    /// if it has just expired on a `stalled` one (see [`Raft::tick_stalled`]), as it is
-    /// otherwise. A tick that holds nothing ends a run of holds: a timeout restarted by a
+    /// A timeout's `elapsed` ticks against its `limit`, after a tick of `kind`: held at its
+    /// last tick if it has just expired on a stalled one (see [`Raft::tick_stalled`]), as it
+    /// is otherwise. A tick that holds nothing ends a run of holds: a timeout restarted by a
     /// message (a heartbeat stepped in the replay) gets a run of its own.
-    pub(crate) fn hold_in_stall(&mut self, stalled: bool, elapsed: u32, limit: u32) -> u32 {
-        if !stalled || elapsed < limit || self.stall_held >= self.max_stall_hold() {
+    pub(crate) fn hold_in_stall(&mut self, kind: TickKind, elapsed: u32, limit: u32) -> u32 {
+        if kind == TickKind::OnTime || elapsed < limit || self.stall_held >= self.max_stall_hold() {
             self.stall_held = 0;
             return elapsed;
         }
-        if self.stall_nth < u64::from(self.cfg.election_tick) {
+        if kind == TickKind::Stalled {
             self.stall_held += 1;
         }
         debug_assert!(self.stall_held <= self.max_stall_hold());
@@ -766,45 +782,45 @@ impl Raft {
         limit - 1
     }
 
-    fn step_tick(&mut self, stalled: bool) {
+    fn step_tick(&mut self, kind: TickKind) {
         self.now += 1;
         self.log.reclaim();
         match self.dp.state {
             DataPlaneState::Disabling { .. } => return, // time stands still until disabled
             DataPlaneState::On { .. } => {
-                self.tick_dataplane_on(stalled);
+                self.tick_dataplane_on(kind);
                 return;
             }
             _ => {}
         }
         if self.role == Role::Leader {
-            self.tick_leader(stalled);
+            self.tick_leader(kind);
         } else {
-            self.tick_election(stalled);
+            self.tick_election(kind);
         }
     }
 
-    fn tick_election(&mut self, stalled: bool) {
+    fn tick_election(&mut self, kind: TickKind) {
         self.election_elapsed = self.election_elapsed.saturating_add(1);
         if !self.promotable() {
             return;
         }
         self.election_elapsed =
-            self.hold_in_stall(stalled, self.election_elapsed, self.randomized_timeout);
+            self.hold_in_stall(kind, self.election_elapsed, self.randomized_timeout);
         if self.election_elapsed >= self.randomized_timeout {
             self.election_elapsed = 0;
             self.hup(CampaignKind::Election);
         }
     }
 
-    fn tick_leader(&mut self, stalled: bool) {
+    fn tick_leader(&mut self, kind: TickKind) {
         self.heartbeat_elapsed += 1;
         self.election_elapsed += 1;
         self.dp.backoff_elapsed = self.dp.backoff_elapsed.saturating_add(1);
         // After a stall the check-quorum window ends at the second on-time tick: the
         // followers' answers may be on their way.
         self.election_elapsed =
-            self.hold_in_stall(stalled, self.election_elapsed, self.cfg.election_tick);
+            self.hold_in_stall(kind, self.election_elapsed, self.cfg.election_tick);
         if self.election_elapsed >= self.cfg.election_tick {
             self.election_elapsed = 0;
             if self.cfg.check_quorum && !self.quorum_active() {
@@ -835,7 +851,7 @@ impl Raft {
         // synchronized and active is from before the stall, and a campaign started at a
         // replayed tick has its election timer run down by the ticks replayed after it (a
         // leader lost its term so at resume: the simulator's whole-cluster pause, seed 305).
-        if !stalled {
+        if kind == TickKind::OnTime {
             self.maybe_enable_dataplane();
         }
     }

@@ -467,7 +467,11 @@ fn fast_write(w: u64) -> Packet {
 /// The write in entry data: the command in its envelope (a native client's, as the data plane
 /// ordered it, or the one a replica's host proposed).
 fn write_id(data: &[u8]) -> Option<u64> {
-    let command = EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command);
+    command_write_id(EnvelopeRef::parse(data, usize::MAX).map_or(data, |e| e.command))
+}
+
+/// The write a command holds, if it is one.
+fn command_write_id(command: &[u8]) -> Option<u64> {
     (command.len() == 16 || command.len() == LARGE_WRITE)
         .then(|| u64::from_le_bytes(command[..8].try_into().unwrap()))
 }
@@ -1214,7 +1218,7 @@ impl World {
                         if let Some((r, floor)) = fast_read_of(env.command) {
                             self.stats.fast_reads_passed_up += 1;
                             self.submit(id, r.to_le_bytes().to_vec(), Op::Read { id: r, floor });
-                        } else if let Some(w) = write_id(payload) {
+                        } else if let Some(w) = command_write_id(env.command) {
                             self.submit(id, env.command.to_vec(), Op::Write(w));
                         }
                     }
