@@ -16,6 +16,8 @@
 //! - [`peers`]: `waverunner bench peers` without the namespaces and processes: redis-benchmark
 //!   output, closed loops of majority-acknowledged writes (RESP, RESP + WAIT, etcd), the table
 //!   and its verdicts;
+//! - [`native`]: a closed loop of native writes (UDP, the protocol a data plane answers), for
+//!   `waverunner bench peers`;
 //! - [`frontend`]: two bare RESP servers, epoll (mio) and io_uring, for `waverunner bench
 //!   frontend`;
 //! - [`scale`]: `waverunner bench scale` without the cluster: the RESP loader and writer,
@@ -25,6 +27,7 @@ pub mod cpu;
 pub mod fanout;
 pub mod floor;
 pub mod frontend;
+pub mod native;
 pub mod peers;
 pub mod report;
 pub mod scale;

@@ -539,6 +539,13 @@ pub struct SystemResult {
     pub cpu_us_per_set_p16: Option<f64>,
     /// The closed loop with one client.
     pub one: Option<LoopResult>,
+    /// Waverunner only: [`MANY`] native clients (UDP, the protocol a data plane answers), each
+    /// with one `SET` in flight ([`crate::native`]).
+    pub native: Option<LoopResult>,
+    /// Machine-wide CPU µs per write answered in `native`.
+    pub native_cpu_us: Option<f64>,
+    /// One native client.
+    pub native_one: Option<LoopResult>,
     /// Why something is missing, and anything unusual.
     pub notes: Vec<String>,
 }
@@ -592,6 +599,39 @@ pub fn render_table(rs: &[SystemResult]) -> String {
             us(many.and_then(|m| m.latency).map(|q| q.p50)),
             us(many.and_then(|m| m.latency).map(|q| q.p99)),
             r.cpu_us_per_write.map_or("—".into(), |v| format!("{v:.1}")),
+            us(one.and_then(|m| m.latency).map(|q| q.p50)),
+            us(one.and_then(|m| m.latency).map(|q| q.p99)),
+        );
+    }
+    s
+}
+
+/// The Markdown table of the native clients (waverunner's rows that have them; empty if none).
+pub fn render_native_table(rs: &[SystemResult]) -> String {
+    let mut s = String::new();
+    let rows: Vec<&SystemResult> = rs
+        .iter()
+        .filter(|r| r.native.is_some() || r.native_one.is_some())
+        .collect();
+    if rows.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "| system | {MANY} native writers, writes/s | their p50 / p99 µs | CPU µs per write \
+         (machine) | 1 native writer p50 / p99 µs |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for r in rows {
+        let (many, one) = (r.native.as_ref(), r.native_one.as_ref());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} / {} | {} | {} / {} |",
+            r.name,
+            kps(many.map(LoopResult::rate)),
+            us(many.and_then(|m| m.latency).map(|q| q.p50)),
+            us(many.and_then(|m| m.latency).map(|q| q.p99)),
+            r.native_cpu_us.map_or("—".into(), |v| format!("{v:.1}")),
             us(one.and_then(|m| m.latency).map(|q| q.p50)),
             us(one.and_then(|m| m.latency).map(|q| q.p99)),
         );
@@ -658,6 +698,13 @@ pub fn verdicts(rs: &[SystemResult]) -> Vec<Verdict> {
             .and_then(|o| o.latency)
             .map(|q| q.p50 as f64)
     };
+    let native_many =
+        |r: Option<&SystemResult>| r.and_then(|r| r.native.as_ref()).map(LoopResult::rate);
+    let native_one_p50 = |r: Option<&SystemResult>| {
+        r.and_then(|r| r.native_one.as_ref())
+            .and_then(|o| o.latency)
+            .map(|q| q.p50 as f64)
+    };
     let ratio = |target: &str, a: Option<f64>, b: Option<f64>, at_least: f64| {
         let (met, detail) = match (a, b) {
             (Some(a), Some(b)) if b > 0.0 => (
@@ -706,6 +753,12 @@ pub fn verdicts(rs: &[SystemResult]) -> Vec<Verdict> {
             xs(off, |r| &r.set_p1),
             3.0,
         ),
+        ratio(
+            "xdp ≥ 3× off in throughput (50 native writers)",
+            native_many(xdp),
+            native_many(off),
+            3.0,
+        ),
         cpu_at_most(
             "xdp machine-wide CPU per committed write ≤ 10 µs (50 writers, one request per \
              round trip)",
@@ -725,6 +778,12 @@ pub fn verdicts(rs: &[SystemResult]) -> Vec<Verdict> {
             "etcd beaten ≥ 10× in latency (1 writer p50, etcd's over xdp's)",
             one_p50(etcd),
             one_p50(xdp),
+            10.0,
+        ),
+        ratio(
+            "etcd beaten ≥ 10× in latency (1 native writer p50, etcd's over xdp's)",
+            one_p50(etcd),
+            native_one_p50(xdp),
             10.0,
         ),
     ]
@@ -931,6 +990,8 @@ mod tests {
                 one: lp(7_000, 140),
                 cpu_us_per_write: Some(35.0),
                 cpu_us_per_set_p16: Some(6.0),
+                native: lp(90_000, 400),
+                native_one: lp(30_000, 30),
                 ..Default::default()
             },
         ];
@@ -944,10 +1005,12 @@ mod tests {
                 Some(true),  // 50k ≥ 2 × 20k
                 Some(true),  // 150 / 140 ≥ 1
                 Some(false), // 60k < 3 × 40k
+                None,        // off's native writers not measured
                 Some(false), // 35 µs
                 Some(true),  // 6 µs
                 Some(true),  // 50k ≥ 10 × 3k
                 Some(true),  // 1500 / 140 ≥ 10
+                Some(true),  // 1500 / 30 ≥ 10
             ]
         );
         assert_eq!(v[1].detail, "300000 / 600000 = 0.50×");
@@ -956,6 +1019,13 @@ mod tests {
             "| waverunner xdp | committed on a majority | 60.0 k | — | 300.0 k | — | 6.0 |"
         ));
         assert!(t.contains("| Redis 7, async | on the primary (async) |"));
+        let n = render_native_table(&rs);
+        assert_eq!(n.lines().count(), 3, "{n}");
+        assert!(
+            n.contains("| waverunner xdp | 90.0 k | 400 / 800 | — | 30 / 60 |"),
+            "{n}"
+        );
+        assert!(render_native_table(&rs[..4]).is_empty());
         let csv = render_csv(&rs);
         assert!(
             csv.contains("\nwaverunner xdp,60000,300000,50000,140\n"),

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use waverunner_bench::cpu;
 use waverunner_bench::peers::{self, LoopResult, SystemResult, WriteOp, MANY};
 use waverunner_bench::scale::{Disruption, Reply, Resp};
+use waverunner_bench::{cpu, native};
 use waverunner_netns as netns;
 use waverunner_node::config::{ClientLoopKind, DataPlaneKind, DurabilityMode};
 
@@ -156,6 +156,12 @@ fn render(rows: &[SystemResult], a: &PeersArgs, took: Duration) -> String {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     s += &peers::render_table(rows);
+    let native = peers::render_native_table(rows);
+    if !native.is_empty() {
+        s += "\nWaverunner's native clients (UDP, one datagram per request and per reply: what a \
+              data plane answers itself), each reply committed on a majority:\n\n";
+        s += &native;
+    }
     s += "\nTargets (issue 13):\n\n";
     s += &peers::render_verdicts(&peers::verdicts(rows));
     s += "- XDP replication p50 ≤ 3× the XDP echo floor: measured by `waverunner bench \
@@ -301,6 +307,76 @@ fn loops(row: &mut SystemResult, addr: SocketAddr, op: WriteOp, secs: u64) {
             row.one = Some(o);
         }
         Err(e) => row.notes.push(format!("1 writer: {e}")),
+    }
+}
+
+/// [`MANY`] native clients writing to the leader's client port for `secs` (after a second
+/// unmeasured), driven by a thread per CPU, with the machine's CPU over it; then one native
+/// client for `secs`.
+fn native_loop(row: &mut SystemResult, cf: &ClusterFile, secs: u64) {
+    let addr = match cluster::wait_for_leader(cf, Duration::from_secs(10))
+        .ok()
+        .and_then(|l| cf.node(l))
+    {
+        Some(n) => n.addresses.client,
+        None => {
+            row.notes.push("native writers: no leader".into());
+            return;
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = |clients: usize, d: Duration| {
+        native::closed_loop(addr, clients, threads, d, MAX_OPS, &in_client_ns)
+    };
+    let _ = run(MANY, WARMUP);
+    for clients in [MANY, 1] {
+        eprintln!(
+            "bench peers: {}: {clients} native writer(s) for {secs} s …",
+            row.name
+        );
+        let c0 = cpu::machine().ok();
+        let r = run(clients, Duration::from_secs(secs));
+        let c1 = cpu::machine().ok();
+        let (r, x) = match r {
+            Ok(r) => r,
+            Err(e) => {
+                row.notes.push(format!("{clients} native writer(s): {e}"));
+                continue;
+            }
+        };
+        eprintln!(
+            "bench peers: {}: {:.0} native writes/s, p50 {} µs ({} busy, {} sent again)",
+            row.name,
+            r.rate(),
+            r.latency.map_or(0, |q| q.p50 / 1_000),
+            x.busy,
+            x.resent
+        );
+        if let Some(e) = &r.first_error {
+            row.notes.push(format!(
+                "{} of {clients} native writers failed: {e}",
+                r.errors
+            ));
+        }
+        if x != native::NativeExtra::default() {
+            row.notes.push(format!(
+                "{clients} native writer(s): {} busy replies (sent again after {} ms), {} \
+                 requests sent again after {} ms unanswered",
+                x.busy,
+                native::BUSY_BACKOFF.as_millis(),
+                x.resent,
+                native::RESEND_AFTER.as_millis()
+            ));
+        }
+        if clients == 1 {
+            row.native_one = Some(r);
+        } else {
+            row.native_cpu_us = match (c0, c1) {
+                (Some(a), Some(b)) => cpu::us_per_op(b.busy.saturating_sub(a.busy), r.ops),
+                _ => None,
+            };
+            row.native = Some(r);
+        }
     }
 }
 
@@ -579,6 +655,7 @@ fn measure_waverunner(
     let c0 = crate::bench::counts(cf);
     redis_benchmark(&mut row, bench, addr, a.requests);
     loops(&mut row, addr, WriteOp::Set, a.secs);
+    native_loop(&mut row, cf, a.secs);
     let d = Disruption::between(&c0, &crate::bench::counts(cf));
     row.notes.push(format!(
         "while measured: term +{}, {} elections, {} data-plane hand-offs (summed over the \
