@@ -303,7 +303,7 @@ mod tests {
             let mut n_in = 0u64;
             while let Ok((n, from)) = s.recv_from(&mut buf) {
                 n_in += 1;
-                if drop_every > 0 && n_in % drop_every == 0 {
+                if drop_every > 0 && n_in.is_multiple_of(drop_every) {
                     continue;
                 }
                 let seq = proto::decode_request(&buf[..n]).unwrap().seq;
