@@ -219,11 +219,7 @@ fn drive(
     // writes in flight.
     let hard_end = start + duration + Duration::from_secs(5);
     while active > 0 && Instant::now() < hard_end {
-        poll.poll(&mut events, Some(BUSY_BACKOFF))
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::Interrupted => Ok(()),
-                _ => Err(format!("poll: {e}")),
-            })?;
+        crate::peers::wait(&mut poll, &mut events, BUSY_BACKOFF)?;
         for ev in events.iter() {
             let c = ev.token().0;
             loop {

@@ -380,6 +380,18 @@ pub fn closed_loop(
     })
 }
 
+/// One wait of a closed loop's poll: an interrupted wait is an empty one.
+pub(crate) fn wait(
+    poll: &mut mio::Poll,
+    events: &mut mio::Events,
+    timeout: Duration,
+) -> Result<(), String> {
+    match poll.poll(events, Some(timeout)) {
+        Err(e) if e.kind() != std::io::ErrorKind::Interrupted => Err(format!("poll: {e}")),
+        _ => Ok(()),
+    }
+}
+
 /// [`closed_loop`] on the calling thread.
 fn drive(
     addr: SocketAddr,
@@ -445,11 +457,7 @@ fn drive(
     let mut events = Events::with_capacity(clients.max(16));
     let mut scratch = vec![0u8; 16 << 10];
     while active > 0 {
-        poll.poll(&mut events, Some(Duration::from_millis(100)))
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::Interrupted => Ok(()),
-                _ => Err(format!("poll: {e}")),
-            })?;
+        wait(&mut poll, &mut events, Duration::from_millis(100))?;
         for ev in events.iter() {
             let c = ev.token().0;
             let cl = &mut cs[c];
