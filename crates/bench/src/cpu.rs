@@ -102,6 +102,16 @@ pub fn us_per_op(ticks: u64, ops: u64) -> Option<f64> {
     (ops > 0).then(|| ticks as f64 * 1e6 / ticks_per_second() as f64 / ops as f64)
 }
 
+/// Microseconds of the machine's busy CPU per operation between two readings of
+/// [`machine`]; `None` if either reading failed or without operations.
+pub fn machine_us_per_op(
+    before: Option<MachineCpu>,
+    after: Option<MachineCpu>,
+    ops: u64,
+) -> Option<f64> {
+    us_per_op(after?.busy.saturating_sub(before?.busy), ops)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +151,15 @@ mod tests {
         machine().unwrap();
         process(std::process::id()).unwrap();
         assert_eq!(us_per_op(0, 0), None);
+        let at = |busy| {
+            Some(MachineCpu {
+                busy,
+                ..MachineCpu::default()
+            })
+        };
+        assert_eq!(machine_us_per_op(at(10), at(30), 4), us_per_op(20, 4));
+        assert_eq!(machine_us_per_op(None, at(30), 4), None);
+        assert_eq!(machine_us_per_op(at(10), at(30), 0), None);
         assert!(processes(&[std::process::id(), u32::MAX]) >= process(std::process::id()).unwrap());
         assert_eq!(background_pct(50, 150, 30), Some(10.0));
         assert_eq!(background_pct(50, 150, 80), Some(0.0));

@@ -129,20 +129,6 @@ struct Part {
     extra: NativeExtra,
 }
 
-/// The first session id of a run: sessions are never reused, on a cluster that keeps them
-/// (a reused id's first request is older than its session's newest: refused as stale).
-fn session_base() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static RUNS: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    // Clients of a run take consecutive ids above it: room for 2^20 each.
-    (nanos ^ (std::process::id() as u64) << 40)
-        .wrapping_add(RUNS.fetch_add(1, Ordering::Relaxed) << 20)
-        & !((1 << 20) - 1)
-}
-
 fn drive(
     addr: SocketAddr,
     clients: usize,
@@ -150,7 +136,6 @@ fn drive(
     max_ops: u64,
 ) -> Result<Part, String> {
     let mut poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
-    let base = session_base();
     let mut cs = Vec::with_capacity(clients);
     for c in 0..clients {
         let bind: SocketAddr = if addr.is_ipv4() {
@@ -168,7 +153,9 @@ fn drive(
             .map_err(|e| format!("register: {e}"))?;
         cs.push(Client {
             sock,
-            id: base.wrapping_add(c as u64 + 1),
+            // Never an earlier run's session: its first request would be older than the
+            // session's newest, refused as stale.
+            id: waverunner_client::random_id(),
             seq: 0,
             i: 0,
             pkt: Vec::new(),
@@ -284,12 +271,19 @@ fn drive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
     use std::net::UdpSocket;
+    use std::sync::{Arc, Mutex};
     use waverunner_kv::Response;
 
     /// A loopback server that answers every request OK, except the first `busy` of each
     /// client (busy) and every `drop_every`-th datagram (no answer).
     fn server(busy: u64, drop_every: u64) -> SocketAddr {
+        server_seeing(busy, drop_every, Arc::new(Mutex::new(HashSet::new())))
+    }
+
+    /// [`server`], recording every session id it sees in `ids`.
+    fn server_seeing(busy: u64, drop_every: u64, ids: Arc<Mutex<HashSet<u64>>>) -> SocketAddr {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         let addr = s.local_addr().unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -302,7 +296,9 @@ mod tests {
                 if drop_every > 0 && n_in.is_multiple_of(drop_every) {
                     continue;
                 }
-                let seq = proto::decode_request(&buf[..n]).unwrap().seq;
+                let req = proto::decode_request(&buf[..n]).unwrap();
+                ids.lock().unwrap().insert(req.client);
+                let seq = req.seq;
                 let r = refused.entry(from).or_default();
                 let pkt = if *r < busy {
                     *r += 1;
@@ -329,12 +325,19 @@ mod tests {
         assert!(r.latency.is_some());
     }
 
+    /// Two runs in one process against one cluster: the second's sessions are new (reused,
+    /// the cluster refused every request of the second run as stale).
     #[test]
     fn runs_never_share_a_session() {
-        let (a, b) = (session_base(), session_base());
-        assert_ne!(a, b);
-        assert_eq!(a & ((1 << 20) - 1), 0);
-        assert!(a.abs_diff(b) >= 1 << 20);
+        let ids = Arc::new(Mutex::new(HashSet::new()));
+        let addr = server_seeing(0, 0, ids.clone());
+        closed_loop(addr, 8, 2, Duration::from_secs(20), 100, &none).unwrap();
+        let first = std::mem::take(&mut *ids.lock().unwrap());
+        assert_eq!(first.len(), 8, "a session per client");
+        closed_loop(addr, 8, 2, Duration::from_secs(20), 100, &none).unwrap();
+        let second = ids.lock().unwrap();
+        assert_eq!(second.len(), 8);
+        assert!(first.is_disjoint(&second), "{first:?} and {second:?}");
     }
 
     #[test]

@@ -730,7 +730,7 @@ fn measure_peak(target: std::net::SocketAddr) -> (f64, f64) {
             break;
         };
         peak = peak.max(r.goodput());
-        with_drain = with_drain.max(r.ok as f64 / r.elapsed.as_secs_f64().max(1e-9));
+        with_drain = with_drain.max(r.goodput_with_drain());
         if r.goodput() < 0.8 * rate as f64 {
             break;
         }
@@ -1182,7 +1182,7 @@ impl<'a> Scheduler<'a> {
                         r.goodput(),
                         100.0 * r.goodput() / f.peak.max(1.0),
                         f.peak,
-                        r.ok as f64 / r.elapsed.as_secs_f64().max(1e-9),
+                        r.goodput_with_drain(),
                         r.refused,
                         r.sent.saturating_sub(r.ok + r.refused),
                     )),

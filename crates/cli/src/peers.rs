@@ -265,10 +265,11 @@ fn closed(
         MAX_OPS,
         &in_client_ns,
     );
-    let cpu = match (c0, cpu::machine().ok(), &r) {
-        (Some(a), Some(b), Ok(r)) => cpu::us_per_op(b.busy.saturating_sub(a.busy), r.ops),
-        _ => None,
-    };
+    let c1 = cpu::machine().ok();
+    let cpu = r
+        .as_ref()
+        .ok()
+        .and_then(|r| cpu::machine_us_per_op(c0, c1, r.ops));
     (r, cpu)
 }
 
@@ -371,10 +372,7 @@ fn native_loop(row: &mut SystemResult, cf: &ClusterFile, secs: u64) {
         if clients == 1 {
             row.native_one = Some(r);
         } else {
-            row.native_cpu_us = match (c0, c1) {
-                (Some(a), Some(b)) => cpu::us_per_op(b.busy.saturating_sub(a.busy), r.ops),
-                _ => None,
-            };
+            row.native_cpu_us = cpu::machine_us_per_op(c0, c1, r.ops);
             row.native = Some(r);
         }
     }
@@ -432,12 +430,9 @@ fn redis_benchmark(row: &mut SystemResult, bench: &Path, addr: SocketAddr, reque
                 ("SET", 1) => row.set_p1 = line,
                 ("GET", 1) => row.get_p1 = line,
                 ("SET", _) => {
-                    row.cpu_us_per_set_p16 = match (c0, c1, &line) {
-                        (Some(a), Some(b), Some(_)) => {
-                            cpu::us_per_op(b.busy.saturating_sub(a.busy), n)
-                        }
-                        _ => None,
-                    };
+                    row.cpu_us_per_set_p16 = line
+                        .as_ref()
+                        .and_then(|_| cpu::machine_us_per_op(c0, c1, n));
                     row.set_p16 = line;
                 }
                 _ => row.get_p16 = line,
